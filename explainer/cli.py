@@ -1,0 +1,117 @@
+"""`python -m explainer run [--json OUT] SCRIPT [ARGS...]` (see CONTRACT.md)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+import traceback
+
+from . import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m explainer",
+        description="Explain PyTorch's 'backward through the graph a second time' errors.",
+    )
+    parser.add_argument("--version", action="version", version=f"explainer {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "run", help="run a script with the explainer installed",
+        description="Run SCRIPT as `python SCRIPT ARGS...` would, with the explainer installed.",
+    )
+    run.add_argument("--json", metavar="OUT", help="write the findings as JSON to OUT (always written)")
+    run.add_argument("script", metavar="SCRIPT")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = _parser().parse_args(argv)
+    if options.command == "run":
+        return run(options.script, options.args, options.json)
+    return 2
+
+
+def run(script: str, args: list[str], json_out: str | None) -> int:
+    if not os.path.isfile(script):
+        print(f"explainer: can't open file {script!r}: no such file", file=sys.stderr)
+        _write_json(json_out, [])
+        return 2
+    from .runtime import hooks, journal
+
+    hooks.install()
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    code, error = 0, None
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exit_:
+        code = _exit_code(exit_.code)
+    except BaseException as uncaught:  # noqa: BLE001 (reported exactly as Python would)
+        error = uncaught
+        code = 1
+        _strip_own_frames(uncaught)
+        sys.excepthook(type(uncaught), uncaught, uncaught.__traceback__)
+    finally:
+        sys.stdout.flush()
+    findings = journal.warnings()
+    explained = journal.finding_for(error)
+    if explained is not None:
+        findings.append(explained)
+    error = None
+    _write_json(json_out, findings)
+    return code
+
+
+def _exit_code(value) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    print(value, file=sys.stderr)
+    return 1
+
+
+def _write_json(path: str | None, findings) -> None:
+    if not path:
+        return
+    document = {"version": 1, "findings": [f.to_json() for f in findings]}
+    temporary = f"{path}.tmp{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, indent=2)
+        handle.write("\n")
+    os.replace(temporary, path)
+
+
+_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, runpy.__file__)
+
+
+def _is_own(tb) -> bool:
+    filename = tb.tb_frame.f_code.co_filename
+    return filename.startswith(_OWN_FILES) or filename == runpy.__file__ or filename.startswith("<frozen runpy")
+
+
+def _strip_own_frames(error: BaseException) -> None:
+    """Drop this runner's and the hooks' frames, so the traceback reads as `python SCRIPT`."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        tb = error.__traceback__
+        while tb is not None and _is_own(tb):
+            tb = tb.tb_next
+        head = tb
+        while tb is not None:
+            following = tb.tb_next
+            while following is not None and _is_own(following):
+                following = following.tb_next
+            tb.tb_next = following
+            tb = following
+        error.__traceback__ = head
+        error = error.__cause__ or error.__context__
+
+
+def format_exception(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))

@@ -1,0 +1,75 @@
+"""Detach state that is carried from one iteration (or call) into the next."""
+from __future__ import annotations
+
+import ast
+
+from ..model import Fix
+from ..source import Assignment, Source, body_containing, reads, statement_of
+from .edits import insert_lines_before, replace
+
+
+def detached(expression: str, is_tuple: bool) -> str:
+    if is_tuple:
+        return f"tuple(h.detach() for h in {expression})"
+    return f"{expression}.detach()"
+
+
+def detach_where_read(source: Source, carrier: str, assignment: Assignment, is_tuple: bool) -> Fix | None:
+    """`out, hidden = model(x, hidden)` -> `model(x, hidden.detach())`."""
+    value = getattr(assignment.stmt, "value", None)
+    if not isinstance(value, ast.Call):
+        return None
+    uses = [use for arg in [*value.args, *(k.value for k in value.keywords)] for use in reads(arg, carrier)]
+    if not uses:
+        return None
+    text = source.segment(uses[0])
+    edits = tuple(replace(source, use, detached(source.segment(use), is_tuple)) for use in uses)
+    return Fix(f"Detach `{text}` where it re-enters the next step, so each backward only sees "
+               f"the current step's graph", edits)
+
+
+def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool) -> Fix | None:
+    """Insert `carrier = carrier.detach()` before the loop body's first use of the carrier."""
+    for stmt in loop.body:
+        if reads(stmt, carrier):
+            line = f"{carrier} = {detached(carrier, is_tuple)}"
+            return Fix(f"Detach `{carrier}` at the start of each iteration, so the history of the "
+                       f"previous iteration is not back-propagated again",
+                       (insert_lines_before(source, stmt, [line]),))
+    return None
+
+
+def keep_discarded_detach(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool) -> Fix | None:
+    """`hidden.detach()` as a bare statement does nothing: assign its result."""
+    for node in ast.walk(loop):
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr in ("detach", "detach_")
+                and reads(node.value.func.value, carrier)):
+            if node.value.func.attr == "detach_" and not is_tuple:
+                continue
+            target = source.segment(node.value.func.value)
+            return Fix(f"`{source.segment(node.value)}` throws its result away: assign it back to "
+                       f"`{target}`", (replace(source, node, f"{target} = {detached(target, is_tuple)}"),))
+    return None
+
+
+def first_loop_statement(loop: ast.stmt, node: ast.AST) -> ast.stmt | None:
+    found = body_containing(loop, statement_of(node))
+    return found[0][found[1]] if found else None
+
+
+def detach_stored_value(source: Source, store: ast.AST, container: str) -> Fix | None:
+    """`memory.append(h)` -> `memory.append(h.detach())`; `cache["prev"] = out` -> `out.detach()`."""
+    if isinstance(store, ast.Call) and store.args:
+        value = store.args[-1]
+    elif isinstance(store, (ast.Assign, ast.AnnAssign)) and store.value is not None:
+        value = store.value
+    else:
+        return None
+    text = source.segment(value)
+    if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+        text = f"({text})"
+    return Fix(f"Store `{source.segment(value)}` detached in `{container}`: a stored tensor "
+               f"keeps the graph of the step that made it, and the next step would back-propagate "
+               f"into it", (replace(source, value, f"{text}.detach()"),))

@@ -1,0 +1,46 @@
+"""Keyword fixes on backward / autograd.grad calls: `create_graph=True`, `retain_graph=True`."""
+from __future__ import annotations
+
+import ast
+
+from ..model import Edit, Fix, Location
+from ..source import Source
+from .edits import node_end, node_start
+
+
+def _insert_keyword(source: Source, call: ast.Call, keyword: str) -> Edit:
+    end = node_end(source, call)
+    at = Location(end.row, end.column - 1)
+    separator = ", " if (call.args or call.keywords) else ""
+    return Edit(source.filename, f"{separator}{keyword}", at, at)
+
+
+def add_create_graph(source: Source, call: ast.Call) -> Fix | None:
+    if any(k.arg == "create_graph" for k in call.keywords):
+        return None
+    return Fix("Pass `create_graph=True` to `autograd.grad`: its result feeds a loss, so the "
+               "gradient itself must be differentiable and the graph kept for the final backward",
+               (_insert_keyword(source, call, "create_graph=True"),))
+
+
+def add_retain_graph(source: Source, call: ast.Call, reason: str) -> Fix | None:
+    if any(k.arg == "retain_graph" for k in call.keywords):
+        return None
+    return Fix(reason, (_insert_keyword(source, call, "retain_graph=True"),))
+
+
+def drop_keyword(source: Source, call: ast.Call, name: str) -> Edit | None:
+    """Delete `name=...` with its separating comma."""
+    arguments = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
+    for index, node in enumerate(arguments):
+        if isinstance(node, ast.keyword) and node.arg == name:
+            if index > 0:
+                start = node_end(source, arguments[index - 1])
+                end = node_end(source, node)
+            elif len(arguments) > 1:
+                start = node_start(source, node)
+                end = node_start(source, arguments[1])
+            else:
+                start, end = node_start(source, node), node_end(source, node)
+            return Edit(source.filename, "", start, end)
+    return None

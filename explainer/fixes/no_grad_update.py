@@ -1,0 +1,25 @@
+"""Update module state without recording autograd history."""
+from __future__ import annotations
+
+import ast
+
+from ..model import Fix
+from ..source import Source
+from .edits import replace
+
+
+def update_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix | None:
+    if not isinstance(stmt, (ast.Assign, ast.AugAssign)) or stmt.lineno != stmt.end_lineno:
+        return None
+    has_torch = any(
+        isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
+        for n in ast.walk(source.tree)
+    )
+    indent = source.indent_of(stmt.lineno)
+    if has_torch:
+        content = f"with torch.no_grad():\n{indent}    {source.segment(stmt)}"
+        return Fix(f"Update `{attribute}` under `torch.no_grad()`: it is running state, not "
+                   f"something to back-propagate through", (replace(source, stmt, content),))
+    value = stmt.value
+    return Fix(f"Store `{attribute}` detached: it is running state, not something to "
+               f"back-propagate through", (replace(source, value, f"({source.segment(value)}).detach()"),))

@@ -1,0 +1,42 @@
+"""Undo what cut the graph before a backward: `.detach()`, `torch.no_grad()`."""
+from __future__ import annotations
+
+import ast
+
+from ..model import Fix
+from ..source import Source, assignments, canonical
+from .edits import replace, statement_text
+
+
+def recompute_instead_of_detach(source: Source, scope: ast.AST, stmt: ast.stmt, name: str) -> Fix | None:
+    """`output = output.detach()` after a backward: run the forward again instead."""
+    earlier = [a for a in assignments(scope, name) if a.stmt.lineno < stmt.lineno
+               and "detach" not in ast.unparse(a.stmt)]
+    if not earlier or not isinstance(earlier[-1].stmt, ast.Assign):
+        return None
+    previous = earlier[-1].stmt
+    indent = source.indent_of(stmt.lineno)
+    text = ("\n" + indent).join(statement_text(source, previous))
+    return Fix(f"Recompute `{name}` with a fresh forward instead of detaching it: the detached "
+               f"value has no graph for the next backward", (replace(source, stmt, text),))
+
+
+def remove_detach(source: Source, call: ast.Call) -> Fix | None:
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr in ("detach", "item", "numpy")):
+        return None
+    inner = source.segment(call.func.value)
+    return Fix(f"Remove `.{call.func.attr}()`: it cuts the graph the backward needs",
+               (replace(source, call, inner),))
+
+
+def leave_no_grad(source: Source, with_stmt: ast.With) -> Fix | None:
+    if len(with_stmt.items) != 1 or "no_grad" not in canonical(with_stmt.items[0].context_expr) \
+            and "inference_mode" not in canonical(with_stmt.items[0].context_expr):
+        return None
+    indent = source.indent_of(with_stmt.lineno)
+    body_lines = []
+    for stmt in with_stmt.body:
+        body_lines.extend(statement_text(source, stmt))
+    text = ("\n" + indent).join(body_lines)
+    return Fix("Run this forward with autograd on: under `torch.no_grad()` it records no graph",
+               (replace(source, with_stmt, text),))

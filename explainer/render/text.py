@@ -1,0 +1,65 @@
+"""Plain-text rendering: the PEP 678 note on the exception, and stderr for `explainer run`."""
+from __future__ import annotations
+
+import os
+
+from ..model import Finding, Fix
+
+RULE = "─" * 72
+
+
+def render_note(finding: Finding) -> str:
+    lines = [RULE, f"[explainer] {finding.kind}: {finding.summary}", "", *_wrap(finding.message), ""]
+    for culprit in finding.culprits:
+        lines.append(f"  {culprit.name}  ({culprit.role})")
+        lines.append(f"    {_place(culprit.filename, culprit.location.row)}: {culprit.source_line}")
+    if finding.backward:
+        lines.append(f"  backward  {_place(finding.backward.filename, finding.backward.row)}: {finding.backward.code}")
+    if finding.fixes:
+        lines.append("")
+        lines.append(f"Fix: {finding.fixes[0].message}")
+        lines.extend("    " + line for line in fix_preview(finding.fixes[0]))
+        for other in finding.fixes[1:]:
+            lines.append(f"Or: {other.message}")
+    if finding.retain_graph_advice:
+        lines.append("")
+        lines.extend(_wrap(finding.retain_graph_advice))
+    if finding.confidence != "certain":
+        lines.append(f"(confidence: {finding.confidence})")
+    lines.append(RULE)
+    return "\n".join(lines)
+
+
+def fix_preview(fix: Fix) -> list[str]:
+    """A short `-`/`+` view of each edit, in the file's own lines."""
+    from ..fixes.edits import apply_edits
+    from ..source import load
+
+    lines: list[str] = []
+    by_file: dict[str, list] = {}
+    for edit in fix.edits:
+        by_file.setdefault(edit.filename, []).append(edit)
+    for filename, edits in by_file.items():
+        source = load(filename)
+        if source is None:
+            continue
+        first = min(e.location.row for e in edits)
+        last = max(e.end_location.row for e in edits)
+        before = [source.line(r) for r in range(first, min(last, len(source.lines)) + 1)]
+        after_text = apply_edits(source.text, edits).splitlines()
+        growth = len(after_text) - len(source.lines)
+        after = after_text[first - 1:last + growth]
+        lines.append(f"{os.path.basename(filename)}:{first}")
+        lines.extend(f"- {line}" for line in before if line not in after)
+        lines.extend(f"+ {line}" for line in after if line not in before)
+    return lines
+
+
+def _place(filename: str, row: int) -> str:
+    return f"{os.path.basename(filename)}:{row}"
+
+
+def _wrap(text: str, width: int = 96) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width) or [""]

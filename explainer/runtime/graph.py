@@ -1,0 +1,118 @@
+"""Walks of the autograd graph.
+
+Nodes are keyed by `id()` while a walk holds them; the walk object is dropped when the
+explanation is built, so no graph outlives it. A node is *stale* when its sequence number is
+below the mark recorded at an earlier backward call: it was created before that call.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+LEAF_SEQ = 2**64 - 1  # AccumulateGrad reports this
+DEFAULT_LIMIT = 2_000_000
+
+
+def sequence_nr(node) -> int:
+    return node._sequence_nr()
+
+
+def is_leaf(node) -> bool:
+    return type(node).__name__ == "AccumulateGrad"
+
+
+def leaf_variable(node):
+    return getattr(node, "variable", None)
+
+
+@dataclass
+class Walk:
+    """The part of a graph reached from some roots."""
+
+    nodes: dict[int, object] = field(default_factory=dict)
+    consumers: dict[int, list[int]] = field(default_factory=dict)
+    seq: dict[int, int] = field(default_factory=dict)
+    complete: bool = True
+
+    def node(self, key: int):
+        return self.nodes[key]
+
+
+def walk(roots, *, expand=None, limit: int = DEFAULT_LIMIT) -> Walk:
+    """Breadth-first from `roots` (grad_fn nodes). `expand(seq)` False stops at a node."""
+    result = Walk()
+    nodes, consumers, seqs = result.nodes, result.consumers, result.seq
+    queue = deque()
+    for root in roots:
+        if root is not None and id(root) not in nodes:
+            nodes[id(root)] = root
+            consumers[id(root)] = []
+            queue.append(root)
+    while queue:
+        node = queue.popleft()
+        key = id(node)
+        seq = node._sequence_nr()
+        seqs[key] = seq
+        if expand is not None and not expand(seq):
+            continue
+        for child, _ in node.next_functions:
+            if child is None:
+                continue
+            child_key = id(child)
+            if child_key in nodes:
+                consumers[child_key].append(key)
+                continue
+            if len(nodes) >= limit:
+                result.complete = False
+                continue
+            nodes[child_key] = child
+            consumers[child_key] = [key]
+            queue.append(child)
+    return result
+
+
+def stale_boundary(result: Walk, mark: int) -> list[int]:
+    """Stale non-leaf nodes consumed by a current node: where old history enters this graph."""
+    boundary = []
+    for key, seq in result.seq.items():
+        if seq >= mark or seq == LEAF_SEQ:
+            continue
+        if any(result.seq[c] >= mark for c in result.consumers[key]):
+            boundary.append(key)
+    return boundary
+
+
+def shared_top(current: Walk, previous: Walk) -> list[int]:
+    """Non-leaf nodes in both graphs whose consumers in `current` are not all shared."""
+    tops = []
+    for key in current.nodes:
+        if key not in previous.nodes or current.seq.get(key) == LEAF_SEQ:
+            continue
+        consumers = current.consumers[key]
+        if not consumers or any(c not in previous.nodes for c in consumers):
+            tops.append(key)
+    return tops
+
+
+def reaches(start, targets: set[int], mark: int, limit: int = 200_000) -> bool:
+    """Whether history from `start` reaches one of `targets` through nodes newer than `mark`."""
+    if start is None:
+        return False
+    if id(start) in targets:
+        return True
+    seen = {id(start): start}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        if node._sequence_nr() < mark:
+            continue
+        for child, _ in node.next_functions:
+            if child is None or id(child) in seen:
+                continue
+            if id(child) in targets:
+                return True
+            if len(seen) >= limit:
+                return False
+            seen[id(child)] = child
+            queue.append(child)
+    return False

@@ -1,0 +1,188 @@
+"""Find the user's names for tensors: frame locals and globals, object attributes (`self.x`,
+`model.hidden`), list, tuple and dict entries, to a bounded depth."""
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+
+import torch
+
+from .hooks import is_internal_file
+
+MAX_DEPTH = 3
+MAX_ITEMS = 64
+MAX_FRAMES = 24
+
+_STDLIB_PREFIXES = tuple(
+    {p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p}
+)
+
+
+@dataclass
+class Binding:
+    """One way a user can reach a value: `base` in frame `frame_index`, then `steps`."""
+
+    frame_index: int
+    base: str
+    steps: tuple[tuple[str, object], ...]  # ("attr", name) | ("item", key)
+    value: object
+    owner: object | None  # the object holding the last attribute (for `self.x` lookup)
+
+    @property
+    def expression(self) -> str:
+        text = self.base
+        for kind, key in self.steps:
+            text += f".{key}" if kind == "attr" else f"[{key!r}]"
+        return text
+
+    @property
+    def container_expression(self) -> str:
+        """The expression without a trailing index: `memory` for `memory[3]`."""
+        steps = self.steps
+        while steps and steps[-1][0] == "item" and isinstance(steps[-1][1], int):
+            steps = steps[:-1]
+        return Binding(self.frame_index, self.base, steps, None, None).expression
+
+    @property
+    def in_container(self) -> bool:
+        return bool(self.steps) and self.steps[-1][0] == "item"
+
+
+def is_user_frame(frame) -> bool:
+    filename = frame.f_code.co_filename
+    if is_internal_file(filename):
+        return False
+    if filename.startswith("<frozen"):
+        return False
+    if filename.startswith(_STDLIB_PREFIXES) and "site-packages" not in filename:
+        return False
+    if "site-packages" in filename and not filename.endswith(".py"):
+        return False
+    name = frame.f_globals.get("__name__", "")
+    return not (name.startswith(("IPython.", "ipykernel.", "runpy", "explainer.")))
+
+
+def user_frames(frame) -> list:
+    """User frames from `frame` outwards (innermost first)."""
+    frames = []
+    while frame is not None and len(frames) < MAX_FRAMES:
+        if is_user_frame(frame):
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def frames_of_traceback(tb) -> list:
+    """User frames of a traceback, innermost first (for post-mortem explanations)."""
+    frames = []
+    while tb is not None:
+        if is_user_frame(tb.tb_frame):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    frames.reverse()
+    return frames
+
+
+def _skippable(name: str, value) -> bool:
+    return (
+        name.startswith("__")
+        or isinstance(value, (types.ModuleType, types.FunctionType, type, types.BuiltinFunctionType))
+    )
+
+
+def bindings(frames) -> list[Binding]:
+    """Every tensor reachable from the frames, first binding per tensor wins (inner frames
+    before outer, locals before globals, shallow before deep)."""
+    found: list[Binding] = []
+    seen: set[int] = set()
+    visited_objects: set[int] = set()
+    for index, frame in enumerate(frames):
+        scopes = [frame.f_locals]
+        if frame.f_globals is not frame.f_locals:
+            scopes.append(frame.f_globals)
+        for scope in scopes:
+            for name, value in list(scope.items()):
+                if _skippable(name, value):
+                    continue
+                _collect(found, seen, visited_objects, index, name, (), value, None, 0)
+    return found
+
+
+def _collect(found, seen, visited, frame_index, base, steps, value, owner, depth) -> None:
+    if isinstance(value, torch.Tensor):
+        if id(value) not in seen:
+            seen.add(id(value))
+            found.append(Binding(frame_index, base, steps, value, owner))
+        return
+    if depth >= MAX_DEPTH or id(value) in visited:
+        return
+    if isinstance(value, (str, bytes, int, float, bool, type(None))):
+        return
+    visited.add(id(value))
+    if isinstance(value, torch.nn.Module):
+        for attr, item in _module_members(value):
+            _collect(found, seen, visited, frame_index, base, steps + (("attr", attr),), item,
+                     value, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        indices = range(len(value))
+        if len(value) > MAX_ITEMS:
+            half = MAX_ITEMS // 2
+            indices = list(range(half)) + list(range(len(value) - half, len(value)))
+        for i in indices:
+            _collect(found, seen, visited, frame_index, base, steps + (("item", i),), value[i],
+                     owner, depth + 1)
+    elif isinstance(value, dict):
+        for count, (key, item) in enumerate(list(value.items())):
+            if count >= MAX_ITEMS:
+                break
+            if isinstance(key, (str, int)):
+                _collect(found, seen, visited, frame_index, base, steps + (("item", key),), item,
+                         owner, depth + 1)
+    elif _is_user_object(value):
+        for attr, item in list(vars(value).items()):
+            if not attr.startswith("__"):
+                _collect(found, seen, visited, frame_index, base, steps + (("attr", attr),),
+                         item, value, depth + 1)
+
+
+def _module_members(module: torch.nn.Module):
+    for attr, item in vars(module).items():
+        if attr in ("_parameters", "_modules", "_buffers") or attr.startswith("__"):
+            continue
+        if attr.startswith("_") and not isinstance(item, (torch.Tensor, list, dict, tuple)):
+            continue
+        yield attr, item
+    yield from module._buffers.items()
+    yield from module._modules.items()
+
+
+def _is_user_object(value) -> bool:
+    module = type(value).__module__ or ""
+    if not hasattr(value, "__dict__") or module.startswith(("torch", "builtins", "numpy")):
+        return False
+    source = getattr(sys.modules.get(module), "__file__", None) or ""
+    return module == "__main__" or (source and "site-packages" not in source)
+
+
+def module_bindings(frames) -> list[tuple[str, torch.nn.Module, int]]:
+    """(expression, module, frame_index) for every nn.Module bound in the frames."""
+    modules, seen = [], set()
+    for index, frame in enumerate(frames):
+        scopes = [frame.f_locals]
+        if frame.f_globals is not frame.f_locals:
+            scopes.append(frame.f_globals)
+        for scope in scopes:
+            for name, value in list(scope.items()):
+                if isinstance(value, torch.nn.Module) and id(value) not in seen:
+                    seen.add(id(value))
+                    modules.append((name, value, index))
+    return modules
+
+
+def parameter_name(module_expression: str, dotted: str) -> str:
+    """`critic` + `2.weight` -> `critic[2].weight`."""
+    text = module_expression
+    for part in dotted.split("."):
+        text += f"[{part}]" if part.isdigit() else f".{part}"
+    return text

@@ -1,0 +1,255 @@
+"""Source reading shared by the runtime analysis and the fix builders: parsed modules, scopes,
+loops, assignments to an expression, and position conversion (AST byte offsets to the 1-based
+code-point columns of our data model)."""
+from __future__ import annotations
+
+import ast
+import linecache
+from dataclasses import dataclass
+from functools import lru_cache
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+@dataclass(frozen=True)
+class Source:
+    filename: str
+    text: str
+    lines: tuple[str, ...]
+    tree: ast.Module
+
+    def line(self, row: int) -> str:
+        return self.lines[row - 1].rstrip("\r\n") if 0 < row <= len(self.lines) else ""
+
+    def column(self, row: int, byte_col: int) -> int:
+        """1-based code-point column of an AST byte offset."""
+        raw = self.line(row).encode("utf-8")[:byte_col]
+        return len(raw.decode("utf-8", errors="replace")) + 1
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.text, node) or ast.unparse(node)
+
+    def indent_of(self, row: int) -> str:
+        line = self.line(row)
+        return line[: len(line) - len(line.lstrip())]
+
+
+def load(filename: str) -> Source | None:
+    lines = linecache.getlines(filename)
+    if not lines:
+        return None
+    return _parse(filename, "".join(lines))
+
+
+@lru_cache(maxsize=64)
+def _parse(filename: str, text: str) -> Source | None:
+    try:
+        tree = ast.parse(text, filename)
+    except (SyntaxError, ValueError):
+        return None
+    _link_parents(tree)
+    return Source(filename, text, tuple(text.splitlines(keepends=True)), tree)
+
+
+def _link_parents(tree: ast.AST) -> None:
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            child._parent = node  # type: ignore[attr-defined]
+
+
+def parent(node: ast.AST) -> ast.AST | None:
+    return getattr(node, "_parent", None)
+
+
+def ancestors(node: ast.AST):
+    node = parent(node)
+    while node is not None:
+        yield node
+        node = parent(node)
+
+
+def canonical(expression: str | ast.AST) -> str:
+    """One spelling per expression: `cache["prev"]` and `cache['prev']` compare equal."""
+    if isinstance(expression, str):
+        try:
+            expression = ast.parse(expression, mode="eval").body
+        except SyntaxError:
+            return expression
+    return ast.unparse(expression)
+
+
+def function_for_code(source: Source, name: str, first_line: int) -> ast.AST:
+    """The def whose code object is (name, first_line); the module for `<module>`."""
+    if name == "<module>":
+        return source.tree
+    for node in ast.walk(source.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            starts = [node.lineno] + [d.lineno for d in node.decorator_list]
+            if first_line in starts:
+                return node
+    return source.tree
+
+
+def class_named(source: Source, name: str, containing_row: int | None = None) -> ast.ClassDef | None:
+    best = None
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            if containing_row is None or node.lineno <= containing_row <= node.end_lineno:
+                best = node
+    return best
+
+
+def own_nodes(scope: ast.AST):
+    """Nodes of `scope` without descending into nested defs, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def statement_of(node: ast.AST) -> ast.stmt:
+    while not isinstance(node, ast.stmt):
+        node = parent(node)
+    return node
+
+
+def statements_at(scope: ast.AST, row: int) -> list[ast.stmt]:
+    found = [n for n in ast.walk(scope) if isinstance(n, ast.stmt)
+             and n.lineno <= row <= (n.end_lineno or n.lineno)]
+    return sorted(found, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)))
+
+
+def innermost_statement(scope: ast.AST, row: int) -> ast.stmt | None:
+    candidates = [s for s in statements_at(scope, row) if not isinstance(s, (ast.For, ast.While, ast.If, ast.With, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    if not candidates:
+        candidates = statements_at(scope, row)
+    return candidates[-1] if candidates else None
+
+
+def loops_around(node: ast.AST, stop: ast.AST | None = None) -> list[ast.stmt]:
+    """Enclosing for/while loops, innermost first, not crossing a def."""
+    loops = []
+    for ancestor in ancestors(node):
+        if ancestor is stop or isinstance(ancestor, _SCOPES):
+            break
+        if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
+            loops.append(ancestor)
+    return loops
+
+
+def body_containing(block_owner: ast.AST, node: ast.AST) -> tuple[list[ast.stmt], int] | None:
+    """The statement list of `block_owner` that holds `node` (at any depth) and its index."""
+    for field in ("body", "orelse", "finalbody", "handlers"):
+        block = getattr(block_owner, field, None)
+        if not isinstance(block, list):
+            continue
+        for index, stmt in enumerate(block):
+            if stmt is node or any(a is stmt for a in ancestors(node)):
+                return block, index
+    return None
+
+
+def targets_of(stmt: ast.AST) -> list[ast.expr]:
+    """Flattened assignment targets of an assignment-like node."""
+    if isinstance(stmt, ast.Assign):
+        raw = stmt.targets
+    elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        raw = [stmt.target]
+    elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        raw = [stmt.target]
+    elif isinstance(stmt, ast.NamedExpr):
+        raw = [stmt.target]
+    elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+        raw = [item.optional_vars for item in stmt.items if item.optional_vars is not None]
+    else:
+        return []
+    flat = []
+    stack = list(raw)
+    while stack:
+        target = stack.pop(0)
+        if isinstance(target, (ast.Tuple, ast.List)):
+            stack[:0] = target.elts
+        elif isinstance(target, ast.Starred):
+            stack.insert(0, target.value)
+        else:
+            flat.append(target)
+    return flat
+
+
+def value_of(stmt: ast.AST) -> ast.expr | None:
+    if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+        return stmt.value
+    return None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    stmt: ast.AST
+    target: ast.expr
+
+
+def assignments(scope: ast.AST, expression: str, *, deep: bool = False) -> list[Assignment]:
+    """Assignments to `expression` (canonical) in `scope`, in source order. `deep` also looks
+    into nested defs (for a class: its methods)."""
+    wanted = canonical(expression)
+    nodes = ast.walk(scope) if deep else own_nodes(scope)
+    found = []
+    for node in nodes:
+        for target in targets_of(node):
+            if canonical(target) == wanted:
+                found.append(Assignment(node, target))
+    found.sort(key=lambda a: (a.stmt.lineno, a.stmt.col_offset))
+    return found
+
+
+def appends(scope: ast.AST, container: str, *, deep: bool = False) -> list[ast.Call]:
+    """`container.append(x)` / `.extend` / `.insert` calls in `scope`."""
+    wanted = canonical(container)
+    nodes = ast.walk(scope) if deep else own_nodes(scope)
+    calls = [
+        n for n in nodes
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("append", "extend", "insert", "appendleft")
+        and canonical(n.func.value) == wanted
+    ]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    return calls
+
+
+def reads(node: ast.AST, expression: str) -> list[ast.expr]:
+    """Loads of `expression` inside `node`."""
+    wanted = canonical(expression)
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Name, ast.Attribute, ast.Subscript)) and isinstance(
+            getattr(sub, "ctx", None), ast.Load
+        ):
+            if canonical(sub) == wanted:
+                found.append(sub)
+    return found
+
+
+def names_read(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def call_receiver(stmt: ast.AST, method: str) -> ast.expr | None:
+    """`loss` for a statement containing `loss.backward(...)`."""
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method:
+            return node.func.value
+    return None
+
+
+def calls_named(node: ast.AST, *names: str) -> list[ast.Call]:
+    """Calls whose function's last name part is one of `names` (`x.detach()`, `torch.no_grad()`)."""
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if last in names:
+                found.append(sub)
+    return found
