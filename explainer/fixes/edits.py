@@ -32,10 +32,10 @@ def delete_lines(source: Source, stmt: ast.stmt) -> Edit:
 
 
 def statement_text(source: Source, stmt: ast.stmt) -> list[str]:
-    """The statement's source lines, dedented to its own first line."""
-    lines = [source.line(r) for r in range(stmt.lineno, stmt.end_lineno + 1)]
+    """The statement's source lines (no trailing comment), dedented to its own first line."""
+    first, *rest = source.segment(stmt).split("\n")
     indent = source.indent_of(stmt.lineno)
-    return [line[len(indent):] if line.startswith(indent) else line.lstrip() for line in lines]
+    return [first] + [line[len(indent):] if line.startswith(indent) else line.lstrip() for line in rest]
 
 
 def apply_edits(text: str, edits) -> str:

@@ -199,7 +199,11 @@ class Context:
 
     def call_site(self, filename: str, row: int) -> CallSite:
         source = src.load(filename)
-        return CallSite(filename, row, source.line(row).strip() if source else "")
+        if source is None:
+            return CallSite(filename, row, "")
+        stmt = src.innermost_statement(source.tree, row)
+        code = source.segment(stmt) if stmt is not None and stmt.lineno == row else source.line(row).strip()
+        return CallSite(filename, row, code)
 
     def steps_between(self, start_tick: int, end_tick: int) -> list[StepCall]:
         return [s for s in self.steps if start_tick < s.tick < end_tick]
@@ -212,6 +216,10 @@ class Context:
         if source is None:
             return None
         if binding.in_container and isinstance(binding.steps[-1][1], int):
+            container = binding.container_expression
+            whole = src.assignments(scope, container)
+            if whole and not src.appends(scope, container):
+                return self._pick(source, scope, whole, container, before_row)
             return self._locate_stored(binding, source, scope)
         expression = binding.expression
         found = self._pick(source, scope, src.assignments(scope, expression), expression, before_row)
@@ -326,6 +334,7 @@ class Context:
         ranked = []
         for candidate in direct + stored:
             candidate.located = self.locate(candidate.binding, self.call.row if self.call else None)
+            self._follow_container_alias(candidate)
             ranked.append(candidate)
         carried_located = []
         for candidate in carried:
@@ -339,6 +348,27 @@ class Context:
             candidate.name = candidate.located.target_text if candidate.located else (
                 candidate.binding.container_expression if candidate.relation == "stored" else candidate.binding.expression)
         return ranked
+
+    def _follow_container_alias(self, candidate: Candidate) -> None:
+        """`prev = cache.get("prev")`: the culprit is `cache["prev"] = ...`, where it is kept."""
+        located = candidate.located
+        value = src.value_of(located.store) if located is not None else None
+        key = None
+        if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
+            container, key = value.value, value.slice
+        elif (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+              and value.func.attr in ("get", "pop") and value.args and isinstance(value.args[0], ast.Constant)):
+            container, key = value.func.value, value.args[0]
+        if key is None:
+            return
+        expression = f"{src.canonical(container)}[{key.value!r}]"
+        stores = src.assignments(located.scope, expression)
+        if not stores:
+            return
+        store = stores[-1]
+        alias = Located(located.source, located.scope, store.stmt, located.source.segment(store.target), True)
+        alias._target_node = store.target
+        candidate.located, candidate.relation = alias, "stored"
 
     # -- second-backward ------------------------------------------------------------------------------
 
@@ -446,12 +476,18 @@ class Context:
                 name, is_tuple = container, True
         receiver = src.call_receiver(failing, "backward") if failing is not None else None
         if located.class_node is not None:
-            # Module state assigned in a method (forward).
-            if isinstance(getattr(stmt, "value", None), ast.Call):
+            # Module state assigned in a method (forward). A submodule call (`self.gru(x,
+            # self.hidden)`) makes the new state from the old one: detach the old one there.
+            # Anything else keeps tensors of this step in the state: store it without history.
+            value = getattr(stmt, "value", None)
+            if isinstance(value, ast.Call) and _is_self_call(value):
                 fixes.append(detach_carried.detach_where_read(source, name, src.Assignment(stmt, target), is_tuple))
+            elif isinstance(value, ast.Call):
+                fixes.append(detach_carried.detach_stored_value(source, stmt, name))
             fixes.append(no_grad_update.update_under_no_grad(source, stmt, name))
             return fixes
-        if isinstance(stmt, (ast.Assign, ast.AugAssign)):
+        if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
+                and src.canonical(receiver) == src.canonical(name):
             fixes.append(accumulate_item.accumulate_with_item(source, name, src.Assignment(stmt, target), receiver))
         loops = self._backward_loops(source, located.scope)
         loop = loops[-1] if loops else None
@@ -562,8 +598,11 @@ class Context:
         if fix is not None:
             message += f" Fix: {fix.message}."
         row = grad_stmt.lineno
-        culprit = Culprit(name, source.filename, Location(row, source.column(row, freed.col_offset) if freed is not None else 1),
-                          "its graph was freed by autograd.grad", source.line(row).strip())
+        targets = src.targets_of(grad_stmt)
+        anchor = targets[0] if targets else call
+        result = source.segment(targets[0]) if targets else grad_code
+        culprit = Culprit(result, source.filename, Location(anchor.lineno, source.column(anchor.lineno, anchor.col_offset)),
+                          f"computed without a graph; `{name}`'s graph was freed by it", source.line(row).strip())
         return Finding(
             kind="second-backward", severity="error",
             summary=f"`autograd.grad` freed `{name}`'s graph, and the final backward needs it.",
@@ -692,7 +731,7 @@ class Context:
             if recompute is not None:
                 edits = recompute.edits
                 previous = self.previous
-                if previous is not None and previous.retain_graph:
+                if previous is not None and previous.retain_graph and not self._reads_history(located):
                     _, _, previous_stmt = self.site_statement(previous.filename, previous.row)
                     call = _call_in(previous_stmt, "backward") if previous_stmt is not None else None
                     drop = graph_options.drop_keyword(located.source, call, "retain_graph") if call else None
@@ -728,6 +767,15 @@ class Context:
             steps=[step_site] if step_site else [], retain_graph_advice=RETAIN_GRAPH_AFTER_STEP,
             confidence="certain" if parameter_name and step_site else "likely",
         )
+
+    def _reads_history(self, located: Located) -> bool:
+        """Whether the statement reads a tensor that has autograd history of its own."""
+        value = src.value_of(located.store)
+        if value is None:
+            return True
+        names = src.names_read(value)
+        return any(b.base in names and not b.steps and b.value.grad_fn is not None
+                   for b in self.bindings())
 
     def _parameter_name(self, parameter) -> str | None:
         names = []
@@ -991,6 +1039,11 @@ def _method_code(cls):
             if code is not None:
                 return code
     return None
+
+
+def _is_self_call(call: ast.Call) -> bool:
+    func = call.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
 
 
 def _method_of(node: ast.AST):

@@ -1,0 +1,22 @@
+# expect-kind: none
+import torch
+from _device import DEVICE
+
+model = torch.nn.Linear(10, 1).to(DEVICE)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+criterion = torch.nn.MSELoss()
+
+for batch in range(3):
+    x = torch.randn(1, 10, device=DEVICE)
+    y = torch.randn(1, 1, device=DEVICE)
+    output = model(x)
+    loss = criterion(output, y)
+
+    loss.backward(retain_graph=True)
+    optimizer.step()
+    optimizer.zero_grad()
+
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print("done")

@@ -1,0 +1,23 @@
+# expect-kind: graph-growth
+# expect-culprit: Yest
+import torch
+from _device import DEVICE
+
+# Unrolled one-node recurrence y(t) = y(t-1) + w * x(t), trained by gradient descent.
+X = torch.randn(100, 1, device=DEVICE)
+Y = torch.randn(100, 1, device=DEVICE)
+
+n_gd = 6
+n_time = 5
+w = torch.randn(1, 1, device=DEVICE, requires_grad=True)
+optimizer = torch.optim.SGD([w], lr=0.01)
+Yest = 0.5 * torch.ones(100, 1, device=DEVICE)  # allocated once, reused every iteration
+
+for i_gd in range(n_gd):
+    for i_time in range(n_time):
+        Yest = Yest + w * X  # culprit
+    cost = torch.mean((Y - Yest) ** 2)
+    optimizer.zero_grad()
+    cost.backward(retain_graph=True)
+    optimizer.step()
+print("done")

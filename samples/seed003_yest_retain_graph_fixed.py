@@ -1,0 +1,24 @@
+# expect-kind: none
+# fix: reset a local from the buffer every iteration; retain_graph is then not needed
+import torch
+from _device import DEVICE
+
+# Unrolled one-node recurrence y(t) = y(t-1) + w * x(t), trained by gradient descent.
+X = torch.randn(100, 1, device=DEVICE)
+Y = torch.randn(100, 1, device=DEVICE)
+
+n_gd = 6
+n_time = 5
+w = torch.randn(1, 1, device=DEVICE, requires_grad=True)
+optimizer = torch.optim.SGD([w], lr=0.01)
+Yest = 0.5 * torch.ones(100, 1, device=DEVICE)  # allocated once, reused every iteration
+
+for i_gd in range(n_gd):
+    Yest_local = Yest
+    for i_time in range(n_time):
+        Yest_local = Yest_local + w * X
+    cost = torch.mean((Y - Yest_local) ** 2)
+    optimizer.zero_grad()
+    cost.backward()
+    optimizer.step()
+print("done")
