@@ -624,30 +624,63 @@ class Context:
                        freed_by=freed, retain_graph_advice=RETAIN_GRAPH_GROWS, confidence="guess")
 
     def _unrecorded_second_backward(self, roots) -> Finding | None:
-        """No earlier backward was recorded (installed late, or post-mortem): every stale node
-        is unknown, so look for bindings whose graph is already freed."""
+        """No earlier backward was recorded (installed late, or post-mortem), so there is no
+        mark to split the graph: rank the tensors related to this graph by what the source says
+        about them (carried from itself, stored in a container, made before the loop)."""
         full = graph.walk(roots, limit=200_000)
-        freed = {key for key, node in full.nodes.items() if _is_freed(node)}
         root_keys = {id(r) for r in roots}
-        targets = {k for k in freed if k not in root_keys}
-        candidates = self.carriers(full, targets, 0)
-        candidates = [c for c in candidates if c.relation != "carried"] + [c for c in candidates if c.relation == "carried"]
-        if not candidates:
+        source, _, failing = self._failing_statement()
+        best, best_score = None, 0
+        for binding in self.bindings():
+            grad_fn = binding.value.grad_fn
+            if grad_fn is None or id(grad_fn) in root_keys:
+                continue
+            if id(grad_fn) not in full.nodes and not _shares_history(grad_fn, full):
+                continue
+            candidate = Candidate(binding, "direct")
+            candidate.located = located = self.locate(binding, self.call.row if self.call else None)
+            if located is None:
+                continue
+            if isinstance(located.store, ast.Call):
+                candidate.relation, score = "stored", 3
+            elif located.carried:
+                candidate.relation, score = "carried", 3
+            elif located.in_init or self._repeating_owner(located, failing, source) is not None:
+                score = 2
+            else:
+                continue
+            if score > best_score:
+                best, best_score = candidate, score
+        if best is None:
             return None
-        candidate = candidates[0]
-        located = candidate.located
-        where = f"{os.path.basename(located.source.filename)}:{located.row}" if located else "an earlier line"
-        fixes = self._carried_fixes(candidate, self._failing_statement()[2]) if candidate.relation == "carried" else []
+        located = best.located
+        best.name = located.target_text
+        where = f"{os.path.basename(located.source.filename)}:{located.row}"
+        if best.relation == "carried":
+            fixes = self._carried_fixes(best, failing)
+            how = f"is re-assigned from itself at {where}, so it carries the graph of the previous iteration"
+        elif best.relation == "stored":
+            fixes = [detach_carried.detach_stored_value(located.source, located.store, best.name)]
+            how = f"is filled at {where} with tensors that keep the graphs of earlier steps"
+        elif located.in_init and located.class_node is not None:
+            fixes = [move_into_loop.inline_attribute(located.source, located.class_node, located.store, located.target_text)]
+            how = f"is computed once at {where}, in `__init__`, so every call reuses its graph"
+        else:
+            owner = self._repeating_owner(located, failing, source)
+            fixes = [move_into_loop.move_into_body(located.source, located.store, owner, best.name)]
+            how = f"is computed once at {where}, before the loop, so every backward reuses its graph"
         fixes = [f for f in fixes if f is not None]
+        message = (f"`{best.name}` {how}; an earlier backward freed that graph and this backward "
+                   f"goes through it again. No earlier backward was recorded (the explainer was "
+                   f"not installed yet), so this is read from the source and from what the graph "
+                   f"still shows: likely, not certain.")
+        if fixes:
+            message += f" Fix: {fixes[0].message}."
         return Finding(
             kind="second-backward", severity="error",
-            summary=f"`{candidate.name}` holds a graph that an earlier backward already freed.",
-            message=(f"`{candidate.name}` (made at {where}) holds autograd history whose saved "
-                     f"tensors were already freed by an earlier backward, and this backward goes "
-                     f"through it again. (No backward was recorded before this one, so this is "
-                     f"read from what the graph still shows.)"),
-            culprits=[self._culprit(candidate, "holds a freed graph")], fixes=fixes,
-            backward=self.call_site(self.call.filename, self.call.row) if self.call else None,
+            summary=f"`{best.name}` most likely carries a graph that an earlier backward freed.",
+            message=message, culprits=[self._culprit(best, "likely carrier of the freed graph")],
+            fixes=fixes, backward=self.call_site(self.call.filename, self.call.row) if self.call else None,
             retain_graph_advice=RETAIN_GRAPH_GROWS, confidence="likely",
         )
 
@@ -881,15 +914,10 @@ def _reaching(walk: graph.Walk, targets: set[int]) -> set[int]:
     return found
 
 
-def _is_freed(node) -> bool:
-    for attribute in _saved_attributes(node):
-        try:
-            getattr(node, attribute)
-        except RuntimeError as error:
-            return "second time" in str(error)
-        except Exception:
-            return False
-    return False
+def _shares_history(grad_fn, other: graph.Walk, limit: int = 20_000) -> bool:
+    """Whether `grad_fn`'s history meets a non-leaf node of `other`."""
+    mine = graph.walk([grad_fn], limit=limit)
+    return any(key in other.nodes for key, seq in mine.seq.items() if seq != graph.LEAF_SEQ)
 
 
 _SAVED_BY_TYPE: dict[type, tuple[str, ...]] = {}

@@ -1,0 +1,165 @@
+"""`%load_ext explainer`: explain autograd errors in IPython and Jupyter.
+
+Only the errors the engine explains get the explanation (HTML in Jupyter, rich text in a
+terminal); every other exception is shown exactly as before. `%tb` keeps working, `%explain`
+shows the last explanation again (or explains the last error post-mortem), and `%unload_ext
+explainer` restores the previous handler.
+"""
+from __future__ import annotations
+
+import sys
+
+from .render.text import RULE
+
+_saved: dict[int, tuple] = {}
+
+
+def load(ip) -> None:
+    from .runtime import hooks
+
+    if id(ip) in _saved:
+        return
+    hooks.install()
+    _saved[id(ip)] = (ip.CustomTB, ip.custom_exceptions)
+    ip.set_custom_exc((RuntimeError,), _handle)
+    ip.register_magic_function(_explain_magic, "line", "explain")
+
+
+def unload(ip) -> None:
+    from .runtime import hooks
+
+    saved = _saved.pop(id(ip), None)
+    if saved is not None:
+        ip.CustomTB, ip.custom_exceptions = saved
+    ip.magics_manager.magics["line"].pop("explain", None)
+    hooks.uninstall()
+
+
+def _handle(shell, etype, value, tb, tb_offset=None):
+    """IPython's custom exception handler: must never raise (IPython would drop it)."""
+    from .runtime import journal
+
+    finding = journal.finding_for(value)
+    if finding is None:
+        shell.showtraceback(running_compiled_code=True)
+        return None
+    try:
+        shell._get_exc_info((etype, value, tb))  # sets sys.last_* so %tb and %debug work
+        _show(shell, finding, value, tb, tb_offset)
+    except Exception as internal:  # noqa: BLE001
+        print(f"[explainer] could not display the explanation ({type(internal).__name__}: "
+              f"{internal}); showing the error as usual.", file=sys.stderr)
+        shell.showtraceback(running_compiled_code=True)
+    return None
+
+
+def _show(shell, finding, value, tb, tb_offset) -> None:
+    traceback_text = _traceback_without_our_note(shell, value, tb, tb_offset)
+    if _in_kernel(shell):
+        from IPython.display import display
+
+        display(ExplanationView(finding, traceback_text))
+    else:
+        print(traceback_text, file=sys.stderr)
+        _print_terminal(finding)
+
+
+def _traceback_without_our_note(shell, value, tb, tb_offset) -> str:
+    """IPython's own traceback text, minus the plain-text note we render richer here."""
+    notes = getattr(value, "__notes__", None)
+    ours = [n for n in notes or [] if n.startswith(RULE)]
+    try:
+        if ours:
+            value.__notes__ = [n for n in notes if n not in ours]
+        structured = shell.InteractiveTB.structured_traceback(type(value), value, tb, tb_offset=tb_offset)
+        text = shell.InteractiveTB.stb2text(structured)
+    finally:
+        if ours:
+            value.__notes__ = notes
+    return text if not _in_kernel(shell) else _strip_ansi(text)
+
+
+def _strip_ansi(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _in_kernel(shell) -> bool:
+    return getattr(shell, "kernel", None) is not None
+
+
+def _print_terminal(finding) -> None:
+    from .render.text import render_note
+
+    try:
+        from .render.terminal import render_rich
+    except ImportError:
+        print(render_note(finding), file=sys.stderr)
+        return
+    render_rich(finding, sys.stderr)
+
+
+class ExplanationView:
+    """What `display()` shows: HTML in Jupyter, the plain note elsewhere."""
+
+    def __init__(self, finding, traceback_text: str = "") -> None:
+        self.finding = finding
+        self.traceback_text = traceback_text
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .render.html import render_html
+        from .render.text import render_note
+
+        return {
+            "text/html": render_html(self.finding, self.traceback_text),
+            "text/plain": render_note(self.finding),
+        }
+
+
+def _explain_magic(line: str = ""):
+    """%explain [--apply]: show the last explanation again, or explain the last error.
+
+    With --apply, put the fixed code of the current cell (when the fix edits a cell) into the
+    next input.
+    """
+    from IPython import get_ipython
+    from IPython.display import display
+
+    from . import explain
+    from .runtime import journal
+
+    shell = get_ipython()
+    error = getattr(sys, "last_value", None)
+    finding = explain(error) if error is not None else None
+    if finding is None:
+        finding = journal.last()
+    if finding is None:
+        print("[explainer] nothing to explain: no autograd error has been seen yet.")
+        return None
+    if "--apply" in line.split():
+        _put_fixed_cell(shell, finding)
+    if _in_kernel(shell):
+        display(ExplanationView(finding))
+    else:
+        _print_terminal(finding)
+    return None
+
+
+def _put_fixed_cell(shell, finding) -> None:
+    from .fixes.edits import apply_edits
+    from .source import load
+
+    if not finding.fixes:
+        print("[explainer] this explanation has no fix to apply.")
+        return
+    edits = finding.fixes[0].edits
+    filenames = {e.filename for e in edits}
+    if len(filenames) != 1:
+        print("[explainer] the fix spans several files; apply it by hand.")
+        return
+    source = load(next(iter(filenames)))
+    if source is None:
+        print("[explainer] the source of the fix is no longer available.")
+        return
+    shell.set_next_input(apply_edits(source.text, edits).rstrip("\n"), replace=False)

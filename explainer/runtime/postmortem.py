@@ -1,0 +1,65 @@
+"""Explain an error after the fact (`%explain` after the error, `explainer.explain(err)`): no
+backward was recorded then, so read what the traceback's frames and the graph still show."""
+from __future__ import annotations
+
+import ast
+
+import torch
+
+from .. import source as src
+from ..model import Finding
+from . import analysis, journal, naming
+from .errors import kind_of
+from .hooks import BackwardCall
+
+
+def explain(error: BaseException) -> Finding | None:
+    known = journal.finding_for(error)
+    if known is not None or kind_of(error) is None:
+        return known
+    frames = naming.frames_of_traceback(error.__traceback__)
+    try:
+        if not frames:
+            return None
+        innermost = frames[0]
+        filename, row = innermost.f_code.co_filename, innermost.f_lineno
+        roots = _roots_from_source(innermost, filename, row)
+        call = BackwardCall(0, 0, (), filename, row, False, False, "backward", 0)
+        finding = analysis.explain(error, call, roots, frames, (), ())
+        if finding is not None:
+            if finding.confidence == "certain":
+                finding.confidence = "likely"
+            journal.record_error(error, finding)
+        return finding
+    finally:
+        frames.clear()
+
+
+def _roots_from_source(frame, filename: str, row: int) -> list:
+    """The tensor the failing statement called backward on, looked up (never evaluated)."""
+    source = src.load(filename)
+    if source is None:
+        return []
+    stmt = src.innermost_statement(source.tree, row)
+    receiver = src.call_receiver(stmt, "backward") if stmt is not None else None
+    if receiver is None:
+        return []
+    value = _lookup(receiver, frame)
+    return [value] if isinstance(value, torch.Tensor) else []
+
+
+def _lookup(node: ast.expr, frame):
+    if isinstance(node, ast.Name):
+        if node.id in frame.f_locals:
+            return frame.f_locals[node.id]
+        return frame.f_globals.get(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _lookup(node.value, frame)
+        return getattr(owner, "__dict__", {}).get(node.attr) if owner is not None else None
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        owner = _lookup(node.value, frame)
+        try:
+            return owner[node.slice.value] if isinstance(owner, (list, tuple, dict)) else None
+        except (KeyError, IndexError, TypeError):
+            return None
+    return None

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+sys.path.insert(0, str(SAMPLES))
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    findings: list
+
+
+def run_explainer(script: Path, *args: str, tmp_path: Path, cwd: Path = ROOT, env=None) -> Run:
+    out = tmp_path / f"{script.stem}.findings.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "explainer", "run", "--json", str(out), str(script), *args],
+        capture_output=True, text=True, cwd=cwd, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+    document = json.loads(out.read_text())
+    assert document["version"] == 1
+    return Run(proc.returncode, proc.stdout, proc.stderr, document["findings"])
+
+
+@pytest.fixture
+def explain_run(tmp_path):
+    def runner(script: Path, *args: str, **kwargs) -> Run:
+        return run_explainer(script, *args, tmp_path=tmp_path, **kwargs)
+
+    return runner

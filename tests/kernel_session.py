@@ -1,0 +1,67 @@
+"""A real ipykernel driven through jupyter_client, for tests."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from jupyter_client.manager import KernelManager
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class CellResult:
+    reply: dict
+    outputs: list = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.reply["content"]["status"]
+
+    def of_type(self, msg_type: str) -> list[dict]:
+        return [o["content"] for o in self.outputs if o["msg_type"] == msg_type]
+
+    def html(self) -> str:
+        return "".join(d["data"].get("text/html", "") for d in self.of_type("display_data"))
+
+    def text(self) -> str:
+        streams = "".join(s["text"] for s in self.of_type("stream"))
+        plain = "".join(d["data"].get("text/plain", "") for d in self.of_type("display_data"))
+        errors = "".join("\n".join(e["traceback"]) for e in self.of_type("error"))
+        return strip_ansi(streams + plain + errors)
+
+
+def strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+class Kernel:
+    def __init__(self) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        env = {**os.environ, "PYTHONPATH": ROOT}
+        self.manager.start_kernel(env=env, extra_arguments=[], cwd=ROOT)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=120)
+
+    def run(self, code: str, timeout: float = 120) -> CellResult:
+        msg_id = self.client.execute(code)
+        outputs = []
+        while True:
+            message = self.client.get_iopub_msg(timeout=timeout)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                break
+            if message["msg_type"] in ("stream", "display_data", "execute_result", "error"):
+                outputs.append(message)
+        reply = self.client.get_shell_msg(timeout=timeout)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.client.get_shell_msg(timeout=timeout)
+        return CellResult(reply, outputs)
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+

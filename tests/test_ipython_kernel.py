@@ -1,0 +1,101 @@
+"""`%load_ext explainer` in a real ipykernel, driven through jupyter_client."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kernel_session import Kernel, strip_ansi
+
+pytestmark = pytest.mark.kernel
+
+RNN_CELL = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.GRU(3, 5, batch_first=True)
+head = torch.nn.Linear(5, 1)
+opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)
+hidden = torch.zeros(1, 2, 5)
+for step in range(3):
+    out, hidden = model(torch.randn(2, 4, 3), hidden)
+    loss = head(out).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    session = Kernel()
+    yield session
+    session.close()
+
+
+def _normalise(traceback: list[str]) -> list[str]:
+    return [re.sub(r"(Cell In\[)\d+(\])", r"\1N\2", strip_ansi(line)) for line in traceback]
+
+
+def test_extension_explains_a_buggy_cell_and_leaves_other_errors_alone(kernel):
+    before = kernel.run("1/0").of_type("error")[0]
+
+    assert kernel.run("%load_ext explainer").status == "ok"
+    buggy = kernel.run(RNN_CELL)
+    assert buggy.status == "error"  # Run All still stops here
+    assert buggy.reply["content"]["ename"] == "RuntimeError"
+    assert buggy.of_type("error") == []  # the explanation replaces the plain traceback output
+    html = buggy.html()
+    assert "<b>second-backward</b>" in html
+    assert "<code>hidden</code>" in html
+    assert "hidden.detach()" in html  # the fix, as a diff
+    assert "<details>" in html and "Trying to backward through the graph a second time" in html
+
+    after = kernel.run("1/0").of_type("error")[0]
+    assert (after["ename"], after["evalue"]) == (before["ename"], before["evalue"])
+    assert _normalise(after["traceback"]) == _normalise(before["traceback"])
+
+    unrelated = kernel.run("raise RuntimeError('not autograd')")
+    assert unrelated.of_type("error")[0]["evalue"] == "not autograd"
+    assert unrelated.html() == ""
+
+
+def test_tb_and_explain_magics_after_an_explained_error(kernel):
+    kernel.run("%load_ext explainer")
+    kernel.run(RNN_CELL)
+    tb = kernel.run("%tb")
+    assert "Trying to backward through the graph a second time" in tb.text()
+
+    again = kernel.run("%explain")
+    assert "<code>hidden</code>" in again.html()
+
+    applied = kernel.run("%explain --apply")
+    payloads = applied.reply["content"].get("payload", [])
+    next_inputs = [p["text"] for p in payloads if p.get("source") == "set_next_input"]
+    assert next_inputs and "model(torch.randn(2, 4, 3), hidden.detach())" in next_inputs[0]
+
+
+def test_unload_restores_the_previous_handler(kernel):
+    kernel.run("%load_ext explainer")
+    kernel.run("%unload_ext explainer")
+    state = kernel.run(
+        "import torch\n"
+        "print(get_ipython().custom_exceptions, torch.Tensor.backward.__module__)"
+    )
+    assert state.text().strip() == "() torch._tensor"
+    plain = kernel.run(RNN_CELL)
+    assert plain.of_type("error") and plain.html() == ""
+    assert "[explainer]" not in plain.text()
+
+
+def test_post_mortem_explain_after_loading_late():
+    session = Kernel()
+    try:
+        failed = session.run(RNN_CELL)
+        assert failed.of_type("error")
+        session.run("%load_ext explainer")
+        late = session.run("%explain")
+        html = late.html()
+        assert "<code>hidden</code>" in html
+        assert "likely" in html
+    finally:
+        session.close()
