@@ -105,11 +105,10 @@ def _argument(args, kwargs, index: int, name: str, default=None):
 
 # Positions of (roots, retain_graph, create_graph) in each hooked signature.
 _SIGNATURES = {
-    "Tensor.backward": (0, 2, 3),
     "autograd.backward": (0, 2, 3),
     "autograd.grad": (0, 3, 4),
 }
-_ROOT_NAMES = {"Tensor.backward": "self", "autograd.backward": "tensors", "autograd.grad": "outputs"}
+_ROOT_NAMES = {"autograd.backward": "tensors", "autograd.grad": "outputs"}
 
 
 def _make_wrapper(api: str, original):
@@ -187,10 +186,10 @@ def install() -> None:
     global _step_hook_handle
     if _originals:
         return
-    _originals["Tensor.backward"] = torch.Tensor.backward
+    # `Tensor.backward` calls `torch.autograd.backward`, so hooking that one catches both and
+    # adds a single frame (marked __tracebackhide__) to the user's traceback, not two.
     _originals["autograd.backward"] = torch.autograd.backward
     _originals["autograd.grad"] = torch.autograd.grad
-    torch.Tensor.backward = _make_wrapper("Tensor.backward", torch.Tensor.backward)
     torch.autograd.backward = _make_wrapper("autograd.backward", torch.autograd.backward)
     torch.autograd.grad = _make_wrapper("autograd.grad", torch.autograd.grad)
     from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -203,7 +202,6 @@ def uninstall() -> None:
     global _step_hook_handle
     if not _originals:
         return
-    torch.Tensor.backward = _originals.pop("Tensor.backward")
     torch.autograd.backward = _originals.pop("autograd.backward")
     torch.autograd.grad = _originals.pop("autograd.grad")
     if _step_hook_handle is not None:

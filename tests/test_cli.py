@@ -1,0 +1,106 @@
+"""`python -m explainer run` keeps CONTRACT.md's promises."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import ROOT
+
+
+def write(tmp_path, name: str, code: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return path
+
+
+def plain_python(script, *args):
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def test_script_runs_as_main_with_its_argv_and_path(tmp_path, explain_run):
+    script = write(tmp_path, "show.py", """
+        import sys
+        print(__name__, sys.argv, sys.path[0])
+    """)
+    run = explain_run(script, "--lr", "0.1", "x")
+    assert run.returncode == 0
+    assert run.stdout == f"__main__ {[str(script), '--lr', '0.1', 'x']} {tmp_path}\n"
+    assert run.findings == [] and run.stderr == ""
+
+
+def test_exit_code_is_the_scripts_own(tmp_path, explain_run):
+    assert explain_run(write(tmp_path, "three.py", "import sys; sys.exit(3)")).returncode == 3
+    assert explain_run(write(tmp_path, "msg.py", "import sys; sys.exit('bye')")).returncode == 1
+
+
+def test_unexplained_error_prints_exactly_what_python_prints(tmp_path, explain_run):
+    script = write(tmp_path, "boom.py", """
+        def f():
+            return {}["missing"]
+        f()
+    """)
+    run = explain_run(script)
+    plain = plain_python(script)
+    assert run.returncode == plain.returncode == 1
+    assert run.stderr == plain.stderr
+    assert run.findings == []
+
+
+def test_explained_error_keeps_pythons_traceback_and_adds_the_explanation(tmp_path, explain_run):
+    script = ROOT / "samples" / "rnn_hidden_chunks.py"
+    run = explain_run(script)
+    plain = plain_python(script)
+    assert run.returncode == plain.returncode == 1
+    assert run.stderr.startswith(plain.stderr.rstrip("\n"))
+    assert "[explainer] second-backward" in run.stderr[len(plain.stderr.rstrip()):]
+    assert run.stdout == plain.stdout
+
+
+def test_json_is_written_when_the_script_ends_well(tmp_path, explain_run):
+    run = explain_run(write(tmp_path, "ok.py", "print('fine')"))
+    assert (run.returncode, run.stdout, run.findings) == (0, "fine\n", [])
+
+
+def test_json_findings_follow_the_contract(explain_run):
+    run = explain_run(ROOT / "samples" / "rnn_hidden_chunks.py")
+    (finding,) = run.findings
+    assert set(finding) >= {"kind", "severity", "message", "culprits", "fixes"}
+    culprit = finding["culprits"][0]
+    assert set(culprit) >= {"name", "filename", "location", "role"}
+    assert os.path.isabs(culprit["filename"])
+    for fix in finding["fixes"]:
+        assert set(fix) >= {"message", "applicability", "edits"}
+        for edit in fix["edits"]:
+            assert set(edit) >= {"filename", "content", "location", "end_location"}
+            assert edit["location"]["row"] >= 1 and edit["location"]["column"] >= 1
+
+
+def test_missing_script_is_a_clear_usage_error(tmp_path):
+    out = tmp_path / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "explainer", "run", "--json", str(out), "nope.py"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "nope.py" in proc.stderr
+    assert json.loads(out.read_text()) == {"version": 1, "findings": []}
+
+
+def test_columns_count_code_points(tmp_path, explain_run):
+    script = write(tmp_path, "unicode.py", """
+        import torch
+        rnn = torch.nn.RNN(2, 3)
+        état = torch.zeros(1, 1, 3)
+        for _ in range(2):
+            out, état = rnn(torch.randn(4, 1, 2), état)  # é is one column
+            out.sum().backward()
+    """)
+    run = explain_run(script)
+    (finding,) = run.findings
+    edit = finding["fixes"][0]["edits"][0]
+    line = script.read_text().splitlines()[edit["location"]["row"] - 1]
+    start, end = edit["location"]["column"] - 1, edit["end_location"]["column"] - 1
+    assert line[start:end] == "état"
+    assert edit["content"] == "état.detach()"

@@ -1,0 +1,176 @@
+"""The explainer never makes a failure worse: the exception keeps its type, args and frames,
+only a note is added; an internal failure is one short line; nothing is retained."""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import threading
+import traceback
+import weakref
+
+import pytest
+import torch
+
+import explainer
+from explainer.render.text import RULE
+from explainer.runtime import analysis, hooks, journal
+
+
+@pytest.fixture
+def installed():
+    explainer.install()
+    yield
+    explainer.uninstall()
+
+
+def carried_state_error(sentinels: list | None = None):
+    """The canonical bug: `hidden` carried across iterations without detach."""
+    rnn = torch.nn.RNN(2, 3)
+    hidden = torch.zeros(1, 1, 3)
+    for _ in range(2):
+        out, hidden = rnn(torch.randn(4, 1, 2), hidden)
+        loss = out.sum()
+        if sentinels is not None:
+            sentinels.extend([weakref.ref(out), weakref.ref(hidden), weakref.ref(loss)])
+        loss.backward()
+
+
+def capture(function, *args):
+    try:
+        function(*args)
+    except BaseException as error:  # noqa: BLE001
+        return error
+    raise AssertionError("expected an error")
+
+
+def user_frames(error: BaseException) -> list[tuple[str, str, int]]:
+    return [(f.filename, f.name, f.lineno) for f in traceback.extract_tb(error.__traceback__)
+            if "/explainer/" not in f.filename]
+
+
+def test_explained_error_keeps_type_args_and_frames_and_gains_one_note(installed):
+    explainer.uninstall()
+    plain = capture(carried_state_error)
+    explainer.install()
+    explained = capture(carried_state_error)
+    assert type(explained) is type(plain)
+    assert explained.args == plain.args
+    assert user_frames(explained) == user_frames(plain)
+    assert (explained.__cause__, explained.__context__) == (plain.__cause__, plain.__context__)
+    assert not hasattr(plain, "__notes__")
+    (note,) = explained.__notes__
+    assert note.startswith(RULE) and "`hidden`" in note
+
+
+def test_the_only_frame_added_is_hidden_from_tracebacks(installed):
+    error = capture(carried_state_error)
+    added = [frame for frame, _ in traceback.walk_tb(error.__traceback__)
+             if "/explainer/" in frame.f_code.co_filename]
+    assert len(added) == 1 and added[0].f_locals.get("__tracebackhide__") is True
+
+
+@pytest.mark.parametrize("stage", [
+    "explainer.runtime.graph.walk",
+    "explainer.runtime.naming.bindings",
+    "explainer.source.load",
+    "explainer.fixes.detach_carried.detach_where_read",
+    "explainer.render.text.render_note",
+])
+def test_an_internal_failure_is_one_short_line(installed, monkeypatch, stage):
+    def broken(*args, **kwargs):
+        raise ValueError("injected")
+
+    monkeypatch.setattr(stage, broken)
+    explainer.uninstall()
+    plain = capture(carried_state_error)
+    explainer.install()
+    error = capture(carried_state_error)
+    assert (type(error), error.args) == (type(plain), plain.args)
+    assert user_frames(error) == user_frames(plain)
+    notes = getattr(error, "__notes__", [])
+    if stage.endswith("detach_where_read"):
+        # a failing fix builder only costs that fix: the explanation still names the carrier
+        assert len(notes) == 1
+        return
+    assert len(notes) == 1 and "\n" not in notes[0]
+    assert notes[0].startswith("[explainer] could not explain this error (ValueError: injected)")
+
+
+def test_errors_we_do_not_explain_are_untouched(installed):
+    leaf = torch.ones(2, requires_grad=True)
+    y = leaf * 2
+    y.register_hook(lambda grad: (_ for _ in ()).throw(RuntimeError("from a hook")))
+    error = capture(y.sum().backward)
+    assert error.args == ("from a hook",)
+    assert not hasattr(error, "__notes__")
+    zero = capture(lambda: 1 / 0)
+    assert not hasattr(zero, "__notes__")
+
+
+def test_no_tensor_or_frame_is_kept_after_explaining(installed):
+    sentinels: list = []
+
+    def run():
+        error = capture(carried_state_error, sentinels)
+        assert error.__notes__
+        return journal.finding_for(error)
+
+    finding = run()
+    gc.collect()
+    assert finding is not None
+    assert sentinels and all(ref() is None for ref in sentinels)
+    assert _plain_data(finding)
+
+
+def _plain_data(value) -> bool:
+    if dataclasses.is_dataclass(value):
+        return all(_plain_data(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, (list, tuple)):
+        return all(_plain_data(v) for v in value)
+    return isinstance(value, (str, int, float, bool, type(None)))
+
+
+def test_install_is_idempotent_and_uninstall_restores_torch():
+    originals = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+    explainer.install()
+    explainer.install()
+    assert torch.autograd.backward.__wrapped__ is originals[1]
+    assert torch.autograd.grad.__wrapped__ is originals[2]
+    explainer.uninstall()
+    explainer.uninstall()
+    assert (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad) == originals
+    assert not hooks.installed()
+
+
+def test_hooked_backward_returns_what_torch_returns(installed):
+    x = torch.ones(3, requires_grad=True)
+    (gx,) = torch.autograd.grad((x * x).sum(), x)
+    assert torch.equal(gx, 2 * x.detach())
+    assert (x * 3).sum().backward() is None
+    torch.autograd.backward([(x * 2).sum()])
+    assert torch.equal(x.grad, torch.full((3,), 5.0))
+
+
+def test_threads_each_get_their_own_explanation(installed):
+    errors = []
+
+    def worker():
+        errors.append(capture(carried_state_error))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(errors) == 4
+    assert all(len(e.__notes__) == 1 and "`hidden`" in e.__notes__[0] for e in errors)
+
+
+def test_legitimate_retain_graph_gives_no_growth_warning(installed, recwarn):
+    lin = torch.nn.Linear(3, 3)
+    for _ in range(4):
+        features = lin(torch.randn(2, 3))
+        loss1, loss2 = features.sum(), features.pow(2).sum()
+        loss1.backward(retain_graph=True)
+        loss2.backward()
+    assert not [w for w in recwarn if issubclass(w.category, analysis.GraphGrowthWarning)]
