@@ -426,14 +426,14 @@ class Context:
             role = "carried across iterations"
             summary = f"`{name}` carries the graph of the previous iteration into this backward."
             detail = (f"`{name}`, re-assigned at {where}, still carries the autograd graph of the "
-                      f"previous iteration. `{freed_site.code}` (line {previous.row}) freed that graph, "
+                      f"previous iteration. {self._freed_by(previous)} that graph, "
                       f"and this backward (line {self.call.row}) tries to go through it again.")
             fixes += self._carried_fixes(candidate, failing)
         elif candidate.relation == "stored":
             role = "stores tensors that keep earlier graphs"
             summary = f"`{name}` keeps tensors whose graphs an earlier backward already freed."
             detail = (f"`{name}` (filled at {where}) holds tensors with the graphs of earlier steps. "
-                      f"`{freed_site.code}` (line {previous.row}) freed those graphs, and this "
+                      f"{self._freed_by(previous)} those graphs, and this "
                       f"backward (line {self.call.row}) reaches them through `{name}`.")
             if located is not None:
                 fixes.append(detach_carried.detach_stored_value(located.source, located.store, name))
@@ -450,6 +450,13 @@ class Context:
             steps=[self.call_site(s.filename, s.row) for s in between], retain_graph_advice=advice,
             confidence="certain" if located is not None else "likely",
         )
+
+    def _freed_by(self, previous: BackwardCall) -> str:
+        """`loss.backward()` (line 14) freed / `loss.backward()` in the previous iteration freed."""
+        code = self.call_site(previous.filename, previous.row).code
+        if self.call is not None and (previous.filename, previous.row) == (self.call.filename, self.call.row):
+            return f"`{code}` in the previous iteration freed"
+        return f"`{code}` (line {previous.row}) freed"
 
     def _culprit(self, candidate: Candidate, role: str) -> Culprit:
         located = candidate.located
@@ -515,7 +522,7 @@ class Context:
             role = "computed once in __init__"
             summary = f"`{name}` was computed once, in `__init__`, and every call reuses its graph."
             detail = (f"`{name}` is computed once at {where} from parameters, so every forward reuses "
-                      f"the same graph. `{freed_code}` (line {previous.row}) freed it, and this backward "
+                      f"the same graph. {self._freed_by(previous)} it, and this backward "
                       f"(line {self.call.row}) needs it again.")
             return role, summary, detail, fixes, RETAIN_GRAPH_GROWS
         owner = self._repeating_owner(located, failing, source)
@@ -525,7 +532,7 @@ class Context:
             role = f"computed once before the {kind}"
             summary = f"`{name}` is computed once, before the {kind}, and every backward reuses its graph."
             detail = (f"`{name}` is computed once at {where}, before the {kind} that calls backward. "
-                      f"`{freed_code}` (line {previous.row}) freed its graph, and this backward "
+                      f"{self._freed_by(previous)} its graph, and this backward "
                       f"(line {self.call.row}) goes through it again.")
             return role, summary, detail, fixes, RETAIN_GRAPH_GROWS
         # Used by two backward calls of one iteration.

@@ -1,0 +1,121 @@
+"""Run every sample through `python -m explainer run` and print a table.
+
+    python samples/validate.py --device cpu|cuda [--write-readme]
+
+For each buggy sample: the explained kind, culprit and line against the sample's header, and
+whether applying `fixes[0]` makes the script run clean; for each fixed twin and clean scenario:
+that it runs clean. --write-readme puts the table into samples/README.md with device and date.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import manifest
+
+ROOT = manifest.HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from explainer.fixes.edits import apply_edits  # noqa: E402
+from explainer.model import Edit, Location  # noqa: E402
+
+
+def explain(script: Path, device: str, workdir: Path) -> tuple[int, list, float]:
+    out = workdir / f"{script.stem}.{time.monotonic_ns()}.json"
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "explainer", "run", "--json", str(out), str(script)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        env={**os.environ, "EXPLAINER_SAMPLE_DEVICE": device, "PYTHONPATH": str(ROOT)},
+    )
+    return proc.returncode, json.loads(out.read_text())["findings"], time.perf_counter() - started
+
+
+def patched_copy(sample: manifest.Sample, fix: dict, workdir: Path) -> Path:
+    folder = Path(tempfile.mkdtemp(dir=workdir))
+    shutil.copy(manifest.HERE / "_device.py", folder)
+    edits = [Edit(e["filename"], e["content"], Location(**e["location"]), Location(**e["end_location"]))
+             for e in fix["edits"]]
+    target = folder / sample.path.name
+    target.write_text(apply_edits(sample.path.read_text(), edits))
+    return target
+
+
+def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
+    code, findings, seconds = explain(sample.path, device, workdir)
+    row = {"sample": sample.name, "expected": sample.kind, "seconds": round(seconds, 1)}
+    if sample.kind == "none":
+        row.update(kind="none" if not findings else findings[0]["kind"], ok=code == 0 and not findings)
+        return row
+    finding = findings[0] if findings else {}
+    culprit = (finding.get("culprits") or [{}])[0]
+    row.update(kind=finding.get("kind", "-"), culprit=culprit.get("name", "-"),
+               line=culprit.get("location", {}).get("row", "-"))
+    fixed_ok = False
+    if finding.get("fixes"):
+        fix_code, fix_findings, _ = explain(patched_copy(sample, finding["fixes"][0], workdir), device, workdir)
+        fixed_ok = fix_code == 0 and not fix_findings
+    twin_ok = None
+    if sample.fixed is not None:
+        twin_code, twin_findings, _ = explain(sample.fixed, device, workdir)
+        twin_ok = twin_code == 0 and not twin_findings
+    row.update(fix0_runs_clean=fixed_ok, twin_runs_clean=twin_ok)
+    row["ok"] = (row["kind"], row["culprit"], row["line"]) == (sample.kind, sample.culprit, sample.culprit_row) \
+        and fixed_ok and twin_ok is not False
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| sample | expected | explained | culprit (line) | fixes[0] runs clean | twin runs clean | ok |",
+             "|---|---|---|---|---|---|---|"]
+    mark = {True: "yes", False: "**no**", None: "—"}
+    for r in rows:
+        culprit = f"`{r['culprit']}` ({r['line']})" if "culprit" in r else "—"
+        lines.append(f"| `{r['sample']}` | {r['expected']} | {r['kind']} | {culprit} | "
+                     f"{mark[r.get('fix0_runs_clean')]} | {mark[r.get('twin_runs_clean')]} | {mark[r['ok']]} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--write-readme", action="store_true")
+    options = parser.parse_args()
+    if options.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("validate: --device cuda, but CUDA is not available here", file=sys.stderr)
+            return 2
+    with tempfile.TemporaryDirectory() as folder:
+        rows = []
+        for sample in manifest.samples():
+            rows.append(check(sample, options.device, Path(folder)))
+            print(f"{'ok ' if rows[-1]['ok'] else 'BAD'} {sample.name}", file=sys.stderr, flush=True)
+    rendered = table(rows)
+    print(rendered)
+    if options.write_readme:
+        import torch
+
+        device = torch.cuda.get_device_name(0) if options.device == "cuda" else "CPU"
+        heading = (f"Device: {device} ({options.device}); torch {torch.__version__}; "
+                   f"{datetime.date.today().isoformat()}. Made by `python samples/validate.py "
+                   f"--device {options.device} --write-readme`.")
+        readme = manifest.HERE / "README.md"
+        text = readme.read_text()
+        marker = "## Validation table"
+        text = text[: text.index(marker)] if marker in text else text.rstrip() + "\n\n"
+        readme.write_text(f"{text}{marker}\n\n{heading}\n\n{rendered}\n")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
