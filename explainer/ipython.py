@@ -112,9 +112,21 @@ class ExplanationView:
         from .render.text import render_note
 
         return {
-            "text/html": render_html(self.finding, self.traceback_text),
+            "text/html": render_html(self.finding, self.traceback_text, _fix_edits_a_cell(self.finding)),
             "text/plain": render_note(self.finding),
         }
+
+
+def _fix_edits_a_cell(finding) -> bool:
+    """Whether fixes[0] edits exactly one cell (not a file on disk)."""
+    if not finding.fixes:
+        return False
+    files = {e.filename for e in finding.fixes[0].edits}
+    return len(files) == 1 and _is_cell_file(next(iter(files)))
+
+
+def _is_cell_file(filename: str) -> bool:
+    return "ipykernel_" in filename or filename.startswith("<ipython-input")
 
 
 def _explain_magic(line: str = ""):

@@ -48,6 +48,7 @@ def test_extension_explains_a_buggy_cell_and_leaves_other_errors_alone(kernel):
     assert "<b>second-backward</b>" in html
     assert "<code>hidden</code>" in html
     assert "hidden.detach()" in html  # the fix, as a diff
+    assert "%explain --apply" in html
     assert "<details>" in html and "Trying to backward through the graph a second time" in html
 
     after = kernel.run("1/0").of_type("error")[0]

@@ -21,7 +21,7 @@ _STYLE = (
 )
 
 
-def render_html(finding: Finding, traceback_text: str = "") -> str:
+def render_html(finding: Finding, traceback_text: str = "", apply_hint: bool = False) -> str:
     e = html.escape
     parts = [_STYLE, f'<div class="explainer {e(finding.severity)}">',
              f"<p><b>{e(finding.kind)}</b>: {_code_spans(finding.summary)}</p>"]
@@ -34,6 +34,9 @@ def render_html(finding: Finding, traceback_text: str = "") -> str:
             css = "add" if line.startswith("+ ") else "del" if line.startswith("- ") else ""
             diff.append(f'<span class="{css}">{e(line)}</span>' if css else e(line))
         parts.append("<pre>" + "\n".join(diff) + "</pre>")
+        if apply_hint:
+            parts.append("<p><small>Run <code>%explain --apply</code> to put the fixed cell into "
+                         "the next input.</small></p>")
     parts.append("<details><summary>Details</summary>")
     parts.append(f"<p>{_code_spans(finding.message)}</p>")
     if finding.retain_graph_advice:
