@@ -40,9 +40,9 @@ def run(script: str, args: list[str], json_out: str | None) -> int:
         print(f"explainer: can't open file {script!r}: no such file", file=sys.stderr)
         _write_json(json_out, [])
         return 2
-    from .runtime import hooks, journal
+    from .runtime import journal, lazy
 
-    hooks.install()
+    lazy.install_when_torch_is_imported()
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     code, error = 0, None

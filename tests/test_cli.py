@@ -104,3 +104,12 @@ def test_columns_count_code_points(tmp_path, explain_run):
     start, end = edit["location"]["column"] - 1, edit["end_location"]["column"] - 1
     assert line[start:end] == "état"
     assert edit["content"] == "état.detach()"
+
+
+def test_a_script_without_torch_never_imports_it(tmp_path, explain_run):
+    script = write(tmp_path, "plain.py", """
+        import sys
+        print("torch" in sys.modules)
+    """)
+    run = explain_run(script)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "False\n", "")
