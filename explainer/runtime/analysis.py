@@ -87,6 +87,7 @@ def explain(error, call: BackwardCall | None, roots, frames, calls, steps) -> Fi
     kind = kind_of(error)
     if kind is None:
         return None
+    graph.reset_budget()
     context = Context(call, _as_tensors(roots), frames, tuple(calls), tuple(steps))
     if kind == "second-backward":
         return context.second_backward()
@@ -96,6 +97,7 @@ def explain(error, call: BackwardCall | None, roots, frames, calls, steps) -> Fi
 
 
 def explain_growth(call, roots, frames, calls, steps) -> Finding | None:
+    graph.reset_budget()
     context = Context(call, _as_tensors(roots), frames, tuple(calls), tuple(steps))
     return context.graph_growth()
 
@@ -328,7 +330,7 @@ class Context:
             elif key in current.nodes:
                 if key in reaching and current.seq[key] >= mark:
                     carried.append(Candidate(binding, "carried"))
-            elif grad_fn._sequence_nr() >= mark and graph.reaches(grad_fn, targets, mark, limit=50_000):
+            elif grad_fn._sequence_nr() >= mark and graph.reaches(grad_fn, targets, mark):
                 # e.g. an RNN's final hidden state: made by this step, not used by its loss.
                 carried.append(Candidate(binding, "carried"))
         ranked = []
@@ -383,9 +385,10 @@ class Context:
         current = graph.walk(roots, expand=lambda seq: seq >= mark)
         if all(current.seq[id(r)] >= mark for r in roots):
             targets = set(graph.stale_boundary(current, mark))
+            if not targets and not current.complete:
+                return self._unrecorded_second_backward(roots, current)
         else:
-            targets = self._shared_with_previous(roots, previous)
-            current = graph.walk(roots)
+            current, targets = self._shared_with_previous(roots, previous)
             mark = min(current.seq[id(r)] for r in roots)
         if previous.api == "grad" and not previous.retain_graph:
             finding = self._freed_by_grad(current, targets, previous)
@@ -396,14 +399,16 @@ class Context:
             return self._generic_second_backward(previous)
         return self._second_backward_finding(candidates[0], previous, current)
 
-    def _shared_with_previous(self, roots, previous) -> set[int]:
+    def _shared_with_previous(self, roots, previous) -> tuple[graph.Walk, set[int]]:
+        """Both losses were built before the first backward (one trunk, two heads): where
+        this graph meets the one the previous backward went through."""
         previous_roots = [b.value.grad_fn for b in self.bindings()
                           if b.value.grad_fn is not None and b.value.grad_fn._sequence_nr() in previous.root_seqs]
         full = graph.walk(roots)
         if not previous_roots:
-            return {id(r) for r in roots}
+            return full, {id(r) for r in roots}
         before = graph.walk(previous_roots)
-        return set(graph.shared_top(full, before)) or {id(r) for r in roots}
+        return full, set(graph.shared_top(full, before)) or {id(r) for r in roots}
 
     def _failing_statement(self):
         if self.call is None:
@@ -630,11 +635,12 @@ class Context:
                        message=message, backward=self.call_site(self.call.filename, self.call.row) if self.call else None,
                        freed_by=freed, retain_graph_advice=RETAIN_GRAPH_GROWS, confidence="guess")
 
-    def _unrecorded_second_backward(self, roots) -> Finding | None:
-        """No earlier backward was recorded (installed late, or post-mortem), so there is no
-        mark to split the graph: rank the tensors related to this graph by what the source says
-        about them (carried from itself, stored in a container, made before the loop)."""
-        full = graph.walk(roots, limit=200_000)
+    def _unrecorded_second_backward(self, roots, walked: graph.Walk | None = None) -> Finding | None:
+        """No mark splits the graph: no earlier backward was recorded (installed late, or
+        post-mortem), or the graph is larger than one explanation may walk (`walked`). Rank the
+        tensors related to this graph by what the source says about them (carried from itself,
+        stored in a container, made before the loop)."""
+        full = walked if walked is not None else graph.walk(roots)
         root_keys = {id(r) for r in roots}
         source, _, failing = self._failing_statement()
         best, best_score = None, 0
@@ -642,7 +648,7 @@ class Context:
             grad_fn = binding.value.grad_fn
             if grad_fn is None or id(grad_fn) in root_keys:
                 continue
-            if id(grad_fn) not in full.nodes and not _shares_history(grad_fn, full):
+            if id(grad_fn) not in full.nodes and (not graph.budget_left() or not _shares_history(grad_fn, full)):
                 continue
             candidate = Candidate(binding, "direct")
             candidate.located = located = self.locate(binding, self.call.row if self.call else None)
@@ -677,10 +683,12 @@ class Context:
             fixes = [move_into_loop.move_into_body(located.source, located.store, owner, best.name)]
             how = f"is computed once at {where}, before the loop, so every backward reuses its graph"
         fixes = [f for f in fixes if f is not None]
+        why = (f"The graph is larger than one explanation walks ({len(full.nodes):,} nodes seen)"
+               if walked is not None else
+               "No earlier backward was recorded (the explainer was not installed yet)")
         message = (f"`{best.name}` {how}; an earlier backward freed that graph and this backward "
-                   f"goes through it again. No earlier backward was recorded (the explainer was "
-                   f"not installed yet), so this is read from the source and from what the graph "
-                   f"still shows: likely, not certain.")
+                   f"goes through it again. {why}, so this is read from the source and from what "
+                   f"the graph shows: likely, not certain.")
         if fixes:
             message += f" Fix: {fixes[0].message}."
         return Finding(
@@ -702,7 +710,7 @@ class Context:
         if not roots or previous is None:
             return None
         mark = previous.mark
-        current = graph.walk(roots, expand=lambda seq: seq >= mark, limit=200_000)
+        current = graph.walk(roots, expand=lambda seq: seq >= mark)
         if not all(current.seq[id(r)] >= mark for r in roots):
             return None
         targets = set(graph.stale_boundary(current, mark))
@@ -921,9 +929,9 @@ def _reaching(walk: graph.Walk, targets: set[int]) -> set[int]:
     return found
 
 
-def _shares_history(grad_fn, other: graph.Walk, limit: int = 20_000) -> bool:
+def _shares_history(grad_fn, other: graph.Walk) -> bool:
     """Whether `grad_fn`'s history meets a non-leaf node of `other`."""
-    mine = graph.walk([grad_fn], limit=limit)
+    mine = graph.walk([grad_fn])
     return any(key in other.nodes for key, seq in mine.seq.items() if seq != graph.LEAF_SEQ)
 
 
@@ -993,10 +1001,10 @@ def _optimizer_parameters(steps) -> set[int]:
     return ids
 
 
-def _parameters_under(grad_fn, limit: int = 100_000) -> set[int]:
+def _parameters_under(grad_fn) -> set[int]:
     if grad_fn is None:
         return set()
-    result = graph.walk([grad_fn], limit=limit)
+    result = graph.walk([grad_fn])
     return {id(graph.leaf_variable(n)) for n in result.nodes.values() if graph.is_leaf(n)}
 
 

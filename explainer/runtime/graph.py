@@ -10,7 +10,27 @@ from collections import deque
 from dataclasses import dataclass, field
 
 LEAF_SEQ = 2**64 - 1  # AccumulateGrad reports this
-DEFAULT_LIMIT = 2_000_000
+
+# Reading `next_functions` gives a node a Python wrapper that the node then keeps for life, and
+# torch frees a chain of wrapped nodes recursively in C: a few 10^4 of them in a row overflow an
+# 8 MiB stack when the user's graph is freed (a segfault seen at 6*10^4 on torch 2.13). So one
+# explanation wraps at most this many nodes, across all its walks, and answers from what it saw.
+WRAP_BUDGET = 15_000
+
+
+class _Budget:
+    remaining = WRAP_BUDGET
+
+
+_budget = _Budget()
+
+
+def reset_budget(nodes: int = WRAP_BUDGET) -> None:
+    _budget.remaining = nodes
+
+
+def budget_left() -> int:
+    return _budget.remaining
 
 
 def sequence_nr(node) -> int:
@@ -38,8 +58,9 @@ class Walk:
         return self.nodes[key]
 
 
-def walk(roots, *, expand=None, limit: int = DEFAULT_LIMIT) -> Walk:
-    """Breadth-first from `roots` (grad_fn nodes). `expand(seq)` False stops at a node."""
+def walk(roots, *, expand=None) -> Walk:
+    """Breadth-first from `roots` (grad_fn nodes). `expand(seq)` False stops at a node.
+    Stops early (`complete` False) when the wrap budget runs out."""
     result = Walk()
     nodes, consumers, seqs = result.nodes, result.consumers, result.seq
     queue = deque()
@@ -55,15 +76,17 @@ def walk(roots, *, expand=None, limit: int = DEFAULT_LIMIT) -> Walk:
         seqs[key] = seq
         if expand is not None and not expand(seq):
             continue
-        for child, _ in node.next_functions:
+        if _budget.remaining <= 0:
+            result.complete = False
+            continue
+        children = node.next_functions
+        _budget.remaining -= len(children)
+        for child, _ in children:
             if child is None:
                 continue
             child_key = id(child)
             if child_key in nodes:
                 consumers[child_key].append(key)
-                continue
-            if len(nodes) >= limit:
-                result.complete = False
                 continue
             nodes[child_key] = child
             consumers[child_key] = [key]
@@ -94,7 +117,7 @@ def shared_top(current: Walk, previous: Walk) -> list[int]:
     return tops
 
 
-def reaches(start, targets: set[int], mark: int, limit: int = 200_000) -> bool:
+def reaches(start, targets: set[int], mark: int) -> bool:
     """Whether history from `start` reaches one of `targets` through nodes newer than `mark`."""
     if start is None:
         return False
@@ -106,13 +129,15 @@ def reaches(start, targets: set[int], mark: int, limit: int = 200_000) -> bool:
         node = queue.popleft()
         if node._sequence_nr() < mark:
             continue
-        for child, _ in node.next_functions:
+        if _budget.remaining <= 0:
+            return False
+        children = node.next_functions
+        _budget.remaining -= len(children)
+        for child, _ in children:
             if child is None or id(child) in seen:
                 continue
             if id(child) in targets:
                 return True
-            if len(seen) >= limit:
-                return False
             seen[id(child)] = child
             queue.append(child)
     return False
