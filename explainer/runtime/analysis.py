@@ -403,7 +403,8 @@ class Context:
         """Both losses were built before the first backward (one trunk, two heads): where
         this graph meets the one the previous backward went through."""
         previous_roots = [b.value.grad_fn for b in self.bindings()
-                          if b.value.grad_fn is not None and b.value.grad_fn._sequence_nr() in previous.root_seqs]
+                          if id(b.value) in previous.root_ids and b.value.grad_fn is not None
+                          and b.value.grad_fn._sequence_nr() < previous.mark]
         full = graph.walk(roots)
         if not previous_roots:
             return full, {id(r) for r in roots}

@@ -24,7 +24,7 @@ def explain(error: BaseException) -> Finding | None:
         innermost = frames[0]
         filename, row = innermost.f_code.co_filename, innermost.f_lineno
         roots = _roots_from_source(innermost, filename, row)
-        call = BackwardCall(0, 0, (), filename, row, False, False, "backward", 0)
+        call = BackwardCall(0, 0, (), filename, row, False, False, "backward")
         finding = analysis.explain(error, call, roots, frames, (), ())
         if finding is not None:
             if finding.confidence == "certain":
