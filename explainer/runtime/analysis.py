@@ -405,7 +405,7 @@ class Context:
         previous_roots = [b.value.grad_fn for b in self.bindings()
                           if id(b.value) in previous.root_ids and b.value.grad_fn is not None
                           and b.value.grad_fn._sequence_nr() < previous.mark]
-        full = graph.walk(roots)
+        full = graph.walk(roots, reserve=graph.WRAP_BUDGET // 5 if previous_roots else 0)
         if not previous_roots:
             return full, {id(r) for r in roots}
         before = graph.walk(previous_roots)

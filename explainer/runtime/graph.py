@@ -19,7 +19,23 @@ WRAP_BUDGET = 15_000
 
 
 class _Budget:
+    """Nodes wrapped by this explanation so far. Ids are stable while it runs: a wrapped node
+    keeps its wrapper, and the user's graph outlives the explanation."""
+
     remaining = WRAP_BUDGET
+    wrapped: set[int] = set()
+    expanded: set[int] = set()  # nodes whose children are wrapped already: free to walk again
+
+    def affords(self, node, reserve: int = 0) -> bool:
+        return self.remaining > reserve or id(node) in self.expanded
+
+    def charge(self, node, children) -> None:
+        self.expanded.add(id(node))
+        for child, _ in children:
+            key = id(child)
+            if key not in self.wrapped:
+                self.wrapped.add(key)
+                self.remaining -= 1
 
 
 _budget = _Budget()
@@ -27,6 +43,8 @@ _budget = _Budget()
 
 def reset_budget(nodes: int = WRAP_BUDGET) -> None:
     _budget.remaining = nodes
+    _budget.wrapped = set()
+    _budget.expanded = set()
 
 
 def budget_left() -> int:
@@ -58,9 +76,9 @@ class Walk:
         return self.nodes[key]
 
 
-def walk(roots, *, expand=None) -> Walk:
+def walk(roots, *, expand=None, reserve: int = 0) -> Walk:
     """Breadth-first from `roots` (grad_fn nodes). `expand(seq)` False stops at a node.
-    Stops early (`complete` False) when the wrap budget runs out."""
+    Stops early (`complete` False) when the wrap budget, less `reserve`, runs out."""
     result = Walk()
     nodes, consumers, seqs = result.nodes, result.consumers, result.seq
     queue = deque()
@@ -76,11 +94,11 @@ def walk(roots, *, expand=None) -> Walk:
         seqs[key] = seq
         if expand is not None and not expand(seq):
             continue
-        if _budget.remaining <= 0:
+        if not _budget.affords(node, reserve):
             result.complete = False
             continue
         children = node.next_functions
-        _budget.remaining -= len(children)
+        _budget.charge(node, children)
         for child, _ in children:
             if child is None:
                 continue
@@ -129,10 +147,10 @@ def reaches(start, targets: set[int], mark: int) -> bool:
         node = queue.popleft()
         if node._sequence_nr() < mark:
             continue
-        if _budget.remaining <= 0:
+        if not _budget.affords(node):
             return False
         children = node.next_functions
-        _budget.remaining -= len(children)
+        _budget.charge(node, children)
         for child, _ in children:
             if child is None or id(child) in seen:
                 continue
