@@ -1,0 +1,351 @@
+"""What every explanation shares: the failing call, the user's frames and their bindings, and
+where in the source each binding was made."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from ... import source as src
+from ...model import CallSite, Culprit, Location
+from .. import graph, naming
+from ..hooks import BackwardCall, StepCall
+
+
+@dataclass
+class Located:
+    """The statement that made a binding's current value, as the user wrote it."""
+
+    source: src.Source
+    scope: ast.AST
+    store: ast.AST  # an assignment statement or a `container.append(...)` call
+    target_text: str
+    carried: bool
+    in_init: bool = False
+    class_node: ast.ClassDef | None = None
+
+    @property
+    def row(self) -> int:
+        return self.store.lineno
+
+    @property
+    def location(self) -> Location:
+        target = getattr(self, "_target_node", None)
+        node = target if target is not None else self.store
+        return Location(node.lineno, self.source.column(node.lineno, node.col_offset))
+
+
+@dataclass
+class Candidate:
+    binding: naming.Binding
+    relation: str  # "direct" | "stored" | "carried"
+    located: Located | None = None
+    name: str = ""
+
+
+@dataclass
+class Context:
+    call: BackwardCall | None
+
+    roots: list
+
+    frames: list
+
+    calls: tuple
+
+    steps: tuple
+
+    _bindings: list | None = field(default=None, repr=False)
+
+    @property
+    def previous(self) -> BackwardCall | None:
+        return self.calls[-1] if self.calls else None
+
+    def bindings(self) -> list[naming.Binding]:
+        if self._bindings is None:
+            self._bindings = naming.bindings(self.frames)
+        return self._bindings
+
+    def root_nodes(self) -> list:
+        return [t.grad_fn for t in self.roots if t.grad_fn is not None]
+
+    def frame_source(self, frame) -> tuple[src.Source | None, ast.AST | None]:
+        source = src.load(frame.f_code.co_filename)
+        if source is None:
+            return None, None
+        return source, src.function_for_code(source, frame.f_code.co_name, frame.f_code.co_firstlineno)
+
+    def site_statement(self, filename: str, row: int):
+        """(source, scope, statement) for a recorded call site in one of the user's frames."""
+        for frame in self.frames:
+            if frame.f_code.co_filename == filename:
+                source, scope = self.frame_source(frame)
+                if source is None:
+                    continue
+                if hasattr(scope, "lineno") and not (scope.lineno <= row <= scope.end_lineno):
+                    continue
+                stmt = src.innermost_statement(scope, row)
+                if stmt is not None:
+                    return source, scope, stmt
+        source = src.load(filename)
+        if source is None:
+            return None, None, None
+        stmt = src.innermost_statement(source.tree, row)
+        scope = source.tree
+        if stmt is not None:
+            for ancestor in src.ancestors(stmt):
+                if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    scope = ancestor
+                    break
+        return source, scope, stmt
+
+    def call_site(self, filename: str, row: int) -> CallSite:
+        source = src.load(filename)
+        if source is None:
+            return CallSite(filename, row, "")
+        stmt = src.innermost_statement(source.tree, row)
+        code = source.segment(stmt) if stmt is not None and stmt.lineno == row else source.line(row).strip()
+        return CallSite(filename, row, code)
+
+    def steps_between(self, start_tick: int, end_tick: int) -> list[StepCall]:
+        return [s for s in self.steps if start_tick < s.tick < end_tick]
+
+    def locate(self, binding: naming.Binding, before_row: int | None = None) -> Located | None:
+        frame = self.frames[binding.frame_index]
+        source, scope = self.frame_source(frame)
+        if source is None:
+            return None
+        if binding.in_container and isinstance(binding.steps[-1][1], int):
+            container = binding.container_expression
+            whole = src.assignments(scope, container)
+            if whole and not src.appends(scope, container):
+                return self._pick(source, scope, whole, container, before_row)
+            return self._locate_stored(binding, source, scope)
+        expression = binding.expression
+        found = self._pick(source, scope, src.assignments(scope, expression), expression, before_row)
+        if found is None and scope is not source.tree:
+            found = self._pick(source, source.tree, src.assignments(source.tree, expression),
+                               expression, None)
+        if found is None and binding.steps and binding.steps[-1][0] == "attr" and binding.owner is not None:
+            found = self._locate_attribute(binding)
+        return found
+
+    def _pick(self, source, scope, found, expression, before_row) -> Located | None:
+        if not found:
+            return None
+        loops = self.backward_loops(source, scope)
+
+        def score(assignment: src.Assignment):
+            stmt = assignment.stmt
+            in_loop = any(loop.lineno <= stmt.lineno <= loop.end_lineno for loop in loops)
+            before = before_row is None or stmt.lineno <= before_row
+            return (before, self_referencing(assignment, expression), in_loop, stmt.lineno)
+
+        best = max(found, key=score)
+        located = Located(source, scope, best.stmt, source.segment(best.target),
+                          self._carried(source, scope, best, expression))
+        located._target_node = best.target
+        return located
+
+    def backward_loops(self, source, scope) -> list:
+        if self.call is None or source.filename != self.call.filename:
+            return []
+        stmt = src.innermost_statement(scope, self.call.row)
+        return src.loops_around(stmt) if stmt is not None else []
+
+    def _carried(self, source, scope, assignment: src.Assignment, expression: str) -> bool:
+        if self_referencing(assignment, expression):
+            return True
+        for loop in src.loops_around(assignment.stmt):
+            for stmt in loop.body:
+                if stmt.lineno >= assignment.stmt.lineno:
+                    break
+                if src.reads(stmt, expression):
+                    return True
+        return False
+
+    def _locate_attribute(self, binding: naming.Binding) -> Located | None:
+        owner, attribute = binding.owner, binding.steps[-1][1]
+        code = _method_code(type(owner))
+        if code is None:
+            return None
+        source = src.load(code.co_filename)
+        if source is None:
+            return None
+        class_node = src.class_named(source, type(owner).__name__, code.co_firstlineno)
+        if class_node is None:
+            return None
+        expression = f"self.{attribute}"
+        found = src.assignments(class_node, expression, deep=True)
+        if not found:
+            return None
+
+        def score(assignment):
+            method = _method_of(assignment.stmt)
+            return (self_referencing(assignment, expression),
+                    getattr(method, "name", "") != "__init__", assignment.stmt.lineno)
+
+        best = max(found, key=score)
+        method = _method_of(best.stmt)
+        located = Located(source, method or class_node, best.stmt, source.segment(best.target),
+                          self_referencing(best, expression),
+                          in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
+        located._target_node = best.target
+        return located
+
+    def _locate_stored(self, binding, source, scope) -> Located | None:
+        container = binding.container_expression
+        calls = src.appends(scope, container) or src.appends(source.tree, container, deep=True)
+        if not calls:
+            return None
+        call = calls[-1]
+        located = Located(source, scope, call, container, True)
+        located._target_node = call
+        return located
+
+    def carriers(self, current: graph.Walk, targets: set[int], mark: int) -> list[Candidate]:
+        """Bindings that hold stale history (direct), hold it in a container (stored), or are
+        current values re-assigned from themselves that reach it (carried), best first."""
+        reaching = _reaching(current, targets)
+        direct, stored, carried = [], [], []
+        for binding in self.bindings():
+            grad_fn = binding.value.grad_fn
+            if grad_fn is None:
+                continue
+            key = id(grad_fn)
+            if key in targets:
+                (stored if binding.in_container and isinstance(binding.steps[-1][1], int) else direct).append(
+                    Candidate(binding, "stored" if binding.in_container and isinstance(binding.steps[-1][1], int) else "direct"))
+            elif key in current.nodes:
+                if key in reaching and current.seq[key] >= mark:
+                    carried.append(Candidate(binding, "carried"))
+            elif grad_fn._sequence_nr() >= mark and graph.reaches(grad_fn, targets, mark):
+                # e.g. an RNN's final hidden state: made by this step, not used by its loss.
+                carried.append(Candidate(binding, "carried"))
+        ranked = []
+        for candidate in direct + stored:
+            candidate.located = self.locate(candidate.binding, self.call.row if self.call else None)
+            self._follow_container_alias(candidate)
+            ranked.append(candidate)
+        carried_located = []
+        for candidate in carried:
+            candidate.located = self.locate(candidate.binding, self.call.row if self.call else None)
+            if candidate.located is not None and candidate.located.carried:
+                carried_located.append(candidate)
+        # A carried state re-assigned from itself beats one merely derived from it.
+        carried_located.sort(key=lambda c: not _self_ref(c))
+        ranked.extend(carried_located)
+        for candidate in ranked:
+            candidate.name = candidate.located.target_text if candidate.located else (
+                candidate.binding.container_expression if candidate.relation == "stored" else candidate.binding.expression)
+        return ranked
+
+    def _follow_container_alias(self, candidate: Candidate) -> None:
+        """`prev = cache.get("prev")`: the culprit is `cache["prev"] = ...`, where it is kept."""
+        located = candidate.located
+        value = src.value_of(located.store) if located is not None else None
+        key = None
+        if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
+            container, key = value.value, value.slice
+        elif (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+              and value.func.attr in ("get", "pop") and value.args and isinstance(value.args[0], ast.Constant)):
+            container, key = value.func.value, value.args[0]
+        if key is None:
+            return
+        expression = f"{src.canonical(container)}[{key.value!r}]"
+        stores = src.assignments(located.scope, expression)
+        if not stores:
+            return
+        store = stores[-1]
+        alias = Located(located.source, located.scope, store.stmt, located.source.segment(store.target), True)
+        alias._target_node = store.target
+        candidate.located, candidate.relation = alias, "stored"
+
+    def failing_statement(self):
+        if self.call is None:
+            return None, None, None
+        return self.site_statement(self.call.filename, self.call.row)
+
+    def freed_by(self, previous: BackwardCall) -> str:
+        """`loss.backward()` (line 14) freed / `loss.backward()` in the previous iteration freed."""
+        code = self.call_site(previous.filename, previous.row).code
+        if self.call is not None and (previous.filename, previous.row) == (self.call.filename, self.call.row):
+            return f"`{code}` in the previous iteration freed"
+        return f"`{code}` (line {previous.row}) freed"
+
+    def culprit(self, candidate: Candidate, role: str) -> Culprit:
+        located = candidate.located
+        if located is None:
+            frame = self.frames[candidate.binding.frame_index]
+            return Culprit(candidate.name, frame.f_code.co_filename, Location(frame.f_lineno, 1), role)
+        return Culprit(candidate.name, located.source.filename, located.location, role,
+                       located.source.line(located.row).strip())
+
+
+def _self_ref(candidate: Candidate) -> bool:
+    located = candidate.located
+    if located is None or not isinstance(located.store, ast.stmt):
+        return False
+    return self_referencing(src.Assignment(located.store, getattr(located, "_target_node", located.store)),
+                                     src.canonical(located.target_text))
+
+
+def _reaching(walk: graph.Walk, targets: set[int]) -> set[int]:
+    """Nodes of `walk` from which one of `targets` can be reached (targets included)."""
+    found = {t for t in targets if t in walk.nodes}
+    stack = list(found)
+    while stack:
+        key = stack.pop()
+        for consumer in walk.consumers.get(key, ()):
+            if consumer not in found:
+                found.add(consumer)
+                stack.append(consumer)
+    return found
+
+
+def _shares_history(grad_fn, other: graph.Walk) -> bool:
+    """Whether `grad_fn`'s history meets a non-leaf node of `other`."""
+    mine = graph.walk([grad_fn])
+    return any(key in other.nodes for key, seq in mine.seq.items() if seq != graph.LEAF_SEQ)
+
+
+def _call_in(stmt, method: str) -> ast.Call | None:
+    if stmt is None:
+        return None
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call):
+            func = node.func
+            last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if last == method:
+                return node
+    return None
+
+
+def _method_code(cls):
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("torch"):
+            break
+        for value in vars(klass).values():
+            code = getattr(value, "__code__", None)
+            if code is not None:
+                return code
+    return None
+
+
+def _is_self_call(call: ast.Call) -> bool:
+    func = call.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
+
+
+def _method_of(node: ast.AST):
+    for ancestor in src.ancestors(node):
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return ancestor
+    return None
+
+
+def self_referencing(assignment: src.Assignment, expression: str) -> bool:
+    """`x = f(x)` or `x += y`: the new value is made from the old one."""
+    if isinstance(assignment.stmt, ast.AugAssign):
+        return True
+    value = src.value_of(assignment.stmt)
+    return value is not None and bool(src.reads(value, expression))

@@ -1,0 +1,201 @@
+"""inplace-modified: an optimizer step changed a parameter that a graph built before the step
+saved; name the parameter, the step, and the tensor built before it."""
+from __future__ import annotations
+
+import ast
+import math
+import os
+
+from ... import source as src
+from ...fixes import graph_options, recompute_forward
+from ...fixes.edits import delete_lines, statement_text
+from ...model import Culprit, Edit, Finding, Fix, Location
+from .. import graph, naming
+from ..errors import InplaceDetail
+from ..hooks import StepCall
+from .advice import RETAIN_GRAPH_AFTER_STEP
+from .context import Candidate, Located, _call_in, _reaching
+
+
+def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
+    roots = ctx.root_nodes()
+    if not roots:
+        return None
+    full = graph.walk(roots)
+    failing_key, saved_name = _failing_saved(full)
+    parameter = _modified_parameter(full, failing_key, detail)
+    parameter_name = _parameter_name(ctx, parameter) if parameter is not None else None
+    failing_seq = full.seq.get(failing_key, 0) if failing_key is not None else 0
+    steps = [s for s in ctx.steps if s.mark > failing_seq and (ctx.call is None or s.tick < ctx.call.tick)]
+    step = _step_for(steps, parameter)
+    # The tensor built before the step whose graph this backward reuses.
+    reaching = _reaching(full, {failing_key}) if failing_key is not None else set()
+    built_before = [b for b in ctx.bindings() if b.value.grad_fn is not None
+                    and id(b.value.grad_fn) in reaching
+                    and (step is None or full.seq.get(id(b.value.grad_fn), 0) < step.mark)]
+    built_before.sort(key=lambda b: full.seq.get(id(b.value.grad_fn), 0))
+    carrier = Candidate(built_before[0], "direct") if built_before else None
+    if carrier is not None:
+        carrier.located = ctx.locate(carrier.binding, ctx.call.row if ctx.call else None)
+        carrier.name = carrier.located.target_text if carrier.located else carrier.binding.expression
+    step_site = ctx.call_site(step.filename, step.row) if step else None
+    name = parameter_name or (detail and f"a {list(detail.shape)} tensor") or "a saved tensor"
+    source, scope, failing = ctx.failing_statement()
+    fixes: list[Fix | None] = []
+    if carrier is not None and carrier.located is not None and step is not None and failing is not None:
+        located = carrier.located
+        recompute = recompute_forward.recompute_before_use(
+            located.source, located.scope, located.store, step.row, failing,
+            f"Recompute `{carrier.name}` after `{step_site.code}` (line {step.row}), so this "
+            f"backward goes through a graph built with the updated weights")
+        if recompute is not None:
+            edits = recompute.edits
+            previous = ctx.previous
+            if previous is not None and previous.retain_graph and not _reads_history(ctx, located):
+                _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
+                call = _call_in(previous_stmt, "backward") if previous_stmt is not None else None
+                drop = graph_options.drop_keyword(located.source, call, "retain_graph") if call else None
+                if drop is not None:
+                    edits = edits + (drop,)
+            fixes.append(Fix(recompute.message, edits))
+        fixes.append(_reorder_step(source, scope, step, failing))
+    fixes = [f for f in fixes if f is not None]
+    where = (f"{os.path.basename(carrier.located.source.filename)}:{carrier.located.row}"
+             if carrier is not None and carrier.located else "before the step")
+    message = (f"`{name}` was changed in place by `{step_site.code}` (line {step.row}) after the "
+               f"graph that this backward uses was built (`{carrier.name if carrier else 'the forward'}` at {where}). "
+               f"The graph saved the old weights (version {detail.expected_version if detail else '?'}), "
+               f"and they are now at version {detail.version if detail else '?'}."
+               if step_site else
+               f"`{name}` was changed in place after the graph that this backward uses saved it.")
+    if fixes:
+        message += f" Fix: {fixes[0].message}."
+    culprits = []
+    if carrier is not None and carrier.located is not None:
+        located = carrier.located
+        culprits.append(Culprit(name, located.source.filename, located.location,
+                                f"modified in place by {step_site.code if step_site else 'an in-place operation'} after this graph was built",
+                                located.source.line(located.row).strip()))
+        culprits.append(ctx.culprit(carrier, "built before the step, back-propagated after it"))
+    elif step_site is not None:
+        culprits.append(Culprit(name, step_site.filename, Location(step_site.row, 1), "modified in place by the optimizer step", step_site.code))
+    return Finding(
+        kind="inplace-modified", severity="error",
+        summary=f"`{name}` was updated by the optimizer after this graph was built.",
+        message=message, culprits=culprits, fixes=fixes,
+        backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
+        steps=[step_site] if step_site else [], retain_graph_advice=RETAIN_GRAPH_AFTER_STEP,
+        confidence="certain" if parameter_name and step_site else "likely",
+    )
+
+
+def _reads_history(ctx, located: Located) -> bool:
+    """Whether the statement reads a tensor that has autograd history of its own."""
+    value = src.value_of(located.store)
+    if value is None:
+        return True
+    names = src.names_read(value)
+    return any(b.base in names and not b.steps and b.value.grad_fn is not None
+               for b in ctx.bindings())
+
+
+def _parameter_name(ctx, parameter) -> str | None:
+    names = []
+    for expression, module, index in naming.module_bindings(ctx.frames):
+        for dotted, candidate in module.named_parameters():
+            if candidate is parameter:
+                names.append((index, len(expression), naming.parameter_name(expression, dotted)))
+    for binding in ctx.bindings():
+        if binding.value is parameter:
+            names.append((binding.frame_index, 99, binding.expression))
+    return min(names)[2] if names else None
+
+
+_SAVED_BY_TYPE: dict[type, tuple[str, ...]] = {}
+
+
+def _saved_attributes(node) -> tuple[str, ...]:
+    kind = type(node)
+    names = _SAVED_BY_TYPE.get(kind)
+    if names is None:
+        names = tuple(a for a in dir(node) if a.startswith("_saved_"))
+        _SAVED_BY_TYPE[kind] = names
+    return names
+
+
+def _failing_saved(walk: graph.Walk) -> tuple[int | None, str | None]:
+    """The node whose saved tensor fails the version check, in the engine's order."""
+    order = sorted((k for k, s in walk.seq.items() if s != graph.LEAF_SEQ), key=lambda k: -walk.seq[k])
+    for key in order:
+        node = walk.nodes[key]
+        for attribute in _saved_attributes(node):
+            try:
+                getattr(node, attribute)
+            except RuntimeError as error:
+                if "inplace operation" in str(error):
+                    return key, attribute
+            except Exception:
+                continue
+    return None, None
+
+
+def _modified_parameter(walk: graph.Walk, failing_key: int | None, detail: InplaceDetail | None):
+    numel = math.prod(detail.shape) if detail else None
+
+    def matches(variable) -> bool:
+        if variable is None:
+            return False
+        if detail is None:
+            return True
+        return variable._version == detail.version and variable.numel() == numel
+
+    if failing_key is not None:
+        frontier, seen = [walk.nodes[failing_key]], set()
+        for _ in range(4):
+            next_frontier = []
+            for node in frontier:
+                for child, _ in node.next_functions:
+                    if child is None or id(child) in seen:
+                        continue
+                    seen.add(id(child))
+                    if graph.is_leaf(child) and matches(graph.leaf_variable(child)):
+                        return graph.leaf_variable(child)
+                    next_frontier.append(child)
+            frontier = next_frontier
+    for node in walk.nodes.values():
+        if graph.is_leaf(node) and matches(graph.leaf_variable(node)):
+            return graph.leaf_variable(node)
+    return None
+
+
+
+def _step_for(steps, parameter) -> StepCall | None:
+    if not steps:
+        return None
+    if parameter is not None:
+        for step in reversed(steps):
+            optimizer = step.optimizer()
+            if optimizer is not None and any(p is parameter for g in optimizer.param_groups for p in g["params"]):
+                return step
+    return steps[-1]
+
+
+def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
+    if source is None or failing is None or step.filename != source.filename:
+        return None
+    step_stmt = src.innermost_statement(scope, step.row)
+    if step_stmt is None or not isinstance(step_stmt, ast.Expr) or step_stmt.lineno >= failing.lineno:
+        return None
+    if src.parent(step_stmt) is not src.parent(failing):
+        return None
+    lines = statement_text(source, step_stmt)
+    after = failing.end_lineno + 1
+    edits = (delete_lines(source, step_stmt),
+             _insert_at_row(source, after, [source.indent_of(failing.lineno) + line for line in lines]))
+    return Fix(f"Move `{source.segment(step_stmt)}` after this backward, the last one that needs the "
+               f"old weights (changes which gradients that step sees)", edits, "unsafe")
+
+
+def _insert_at_row(source, row: int, lines: list[str]):
+    at = Location(row, 1)
+    return Edit(source.filename, "".join(line + "\n" for line in lines), at, at)

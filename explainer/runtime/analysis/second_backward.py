@@ -1,0 +1,352 @@
+"""second-backward: a backward reaches history that an earlier backward freed (state carried
+across iterations, a tensor made once before the loop, a graph shared by two backward calls)."""
+from __future__ import annotations
+
+import ast
+import os
+
+from ... import source as src
+from ...fixes import (
+    accumulate_item,
+    detach_carried,
+    detach_for_first_consumer,
+    graph_options,
+    move_into_loop,
+    no_grad_update,
+    recompute_forward,
+    sum_losses,
+)
+from ...model import Culprit, Finding, Fix, Location
+from .. import graph
+from ..hooks import BackwardCall
+from .advice import RETAIN_GRAPH_AFTER_STEP, RETAIN_GRAPH_GROWS
+from .context import Candidate, Located, _call_in, _is_self_call, _shares_history
+
+
+def explain_second_backward(ctx) -> Finding | None:
+    previous = ctx.previous
+    roots = ctx.root_nodes()
+    if not roots:
+        return None
+    if previous is None:
+        return _unrecorded_second_backward(ctx, roots)
+    mark = previous.mark
+    current = graph.walk(roots, expand=lambda seq: seq >= mark)
+    if all(current.seq[id(r)] >= mark for r in roots):
+        targets = set(graph.stale_boundary(current, mark))
+        if not targets and not current.complete:
+            return _unrecorded_second_backward(ctx, roots, current)
+    else:
+        current, targets = _shared_with_previous(ctx, roots, previous)
+        mark = min(current.seq[id(r)] for r in roots)
+    if previous.api == "grad" and not previous.retain_graph:
+        finding = _freed_by_grad(ctx, current, targets, previous)
+        if finding is not None:
+            return finding
+    candidates = ctx.carriers(current, targets, mark)
+    if not candidates:
+        return _generic_second_backward(ctx, previous)
+    return _second_backward_finding(ctx, candidates[0], previous, current)
+
+
+def _shared_with_previous(ctx, roots, previous) -> tuple[graph.Walk, set[int]]:
+    """Both losses were built before the first backward (one trunk, two heads): where
+    this graph meets the one the previous backward went through."""
+    previous_roots = [b.value.grad_fn for b in ctx.bindings()
+                      if id(b.value) in previous.root_ids and b.value.grad_fn is not None
+                      and b.value.grad_fn._sequence_nr() < previous.mark]
+    full = graph.walk(roots, reserve=graph.WRAP_BUDGET // 5 if previous_roots else 0)
+    if not previous_roots:
+        return full, {id(r) for r in roots}
+    before = graph.walk(previous_roots)
+    return full, set(graph.shared_top(full, before)) or {id(r) for r in roots}
+
+
+def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, current) -> Finding:
+    located = candidate.located
+    name = candidate.name
+    source, scope, failing = ctx.failing_statement()
+    backward_site = ctx.call_site(ctx.call.filename, ctx.call.row)
+    freed_site = ctx.call_site(previous.filename, previous.row)
+    between = ctx.steps_between(previous.tick, ctx.call.tick)
+    where = f"{os.path.basename(located.source.filename)}:{located.row}" if located else "an earlier line"
+    fixes: list[Fix] = []
+    advice = RETAIN_GRAPH_GROWS
+
+    if candidate.relation == "carried":
+        role = "carried across iterations"
+        summary = f"`{name}` carries the graph of the previous iteration into this backward."
+        detail = (f"`{name}`, re-assigned at {where}, still carries the autograd graph of the "
+                  f"previous iteration. {ctx.freed_by(previous)} that graph, "
+                  f"and this backward (line {ctx.call.row}) tries to go through it again.")
+        fixes += carried_fixes(ctx, candidate, failing)
+    elif candidate.relation == "stored":
+        role = "stores tensors that keep earlier graphs"
+        summary = f"`{name}` keeps tensors whose graphs an earlier backward already freed."
+        detail = (f"`{name}` (filled at {where}) holds tensors with the graphs of earlier steps. "
+                  f"{ctx.freed_by(previous)} those graphs, and this "
+                  f"backward (line {ctx.call.row}) reaches them through `{name}`.")
+        if located is not None:
+            fixes.append(detach_carried.detach_stored_value(located.source, located.store, name))
+    else:
+        role, summary, detail, more_fixes, advice = _direct(ctx, candidate, previous, between, failing, source, scope)
+        fixes += more_fixes
+    fixes = [f for f in fixes if f is not None]
+    if fixes:
+        detail += f" Fix: {fixes[0].message}."
+    culprits = [ctx.culprit(candidate, role)]
+    return Finding(
+        kind="second-backward", severity="error", summary=summary, message=detail,
+        culprits=culprits, fixes=fixes, backward=backward_site, freed_by=freed_site,
+        steps=[ctx.call_site(s.filename, s.row) for s in between], retain_graph_advice=advice,
+        confidence="certain" if located is not None else "likely",
+    )
+
+
+def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
+    located = candidate.located
+    if located is None:
+        return []
+    source, name = located.source, candidate.name
+    value = candidate.binding.value
+    is_tuple = False
+    stmt = located.store
+    fixes: list[Fix | None] = []
+    # An LSTM state is a tuple (h, c): the binding found is one element of it.
+    target = getattr(located, "_target_node", None)
+    if candidate.binding.in_container and isinstance(candidate.binding.steps[-1][1], int):
+        container = candidate.binding.container_expression
+        if src.assignments(located.scope, container):
+            name, is_tuple = container, True
+    receiver = src.call_receiver(failing, "backward") if failing is not None else None
+    if located.class_node is not None:
+        # Module state assigned in a method (forward). A submodule call (`ctx.gru(x,
+        # ctx.hidden)`) makes the new state from the old one: detach the old one there.
+        # Anything else keeps tensors of this step in the state: store it without history.
+        value = getattr(stmt, "value", None)
+        if isinstance(value, ast.Call) and _is_self_call(value):
+            fixes.append(detach_carried.detach_where_read(source, name, src.Assignment(stmt, target), is_tuple))
+        elif isinstance(value, ast.Call):
+            fixes.append(detach_carried.detach_stored_value(source, stmt, name))
+        fixes.append(no_grad_update.update_under_no_grad(source, stmt, name))
+        return fixes
+    if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
+            and src.canonical(receiver) == src.canonical(name):
+        fixes.append(accumulate_item.accumulate_with_item(source, name, src.Assignment(stmt, target), receiver))
+    loops = ctx.backward_loops(source, located.scope)
+    loop = loops[-1] if loops else None
+    for candidate_loop in loops:
+        if any(s is stmt for s in candidate_loop.body):
+            loop = candidate_loop
+    if loop is not None:
+        fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
+        if any(s is stmt for s in loop.body):
+            fixes.append(detach_carried.detach_where_read(source, name, src.Assignment(stmt, target), is_tuple))
+        fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple))
+    return fixes
+
+
+def _direct(ctx, candidate, previous, between, failing, source, scope):
+    """A tensor made once and used by two backward calls: which of the shared-graph
+    families is this, and its fixes."""
+    located, name = candidate.located, candidate.name
+    where = f"{os.path.basename(located.source.filename)}:{located.row}" if located else "an earlier line"
+    freed_code = ctx.call_site(previous.filename, previous.row).code
+    fixes: list[Fix | None] = []
+    # Made before the loop (or closure) that repeats the backward, or once in __init__.
+    if located is not None and located.in_init and located.class_node is not None:
+        attribute = located.target_text
+        fixes.append(move_into_loop.inline_attribute(located.source, located.class_node, located.store, attribute))
+        role = "computed once in __init__"
+        summary = f"`{name}` was computed once, in `__init__`, and every call reuses its graph."
+        detail = (f"`{name}` is computed once at {where} from parameters, so every forward reuses "
+                  f"the same graph. {ctx.freed_by(previous)} it, and this backward "
+                  f"(line {ctx.call.row}) needs it again.")
+        return role, summary, detail, fixes, RETAIN_GRAPH_GROWS
+    owner = _repeating_owner(ctx, located, failing, source)
+    if owner is not None:
+        fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
+        kind = "closure" if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) else "loop"
+        role = f"computed once before the {kind}"
+        summary = f"`{name}` is computed once, before the {kind}, and every backward reuses its graph."
+        detail = (f"`{name}` is computed once at {where}, before the {kind} that calls backward. "
+                  f"{ctx.freed_by(previous)} its graph, and this backward "
+                  f"(line {ctx.call.row}) goes through it again.")
+        return role, summary, detail, fixes, RETAIN_GRAPH_GROWS
+    # Used by two backward calls of one iteration.
+    role = "shared by two backward calls"
+    detail = (f"`{name}` (made at {where}) is part of the graphs of two backward calls. "
+              f"`{freed_code}` (line {previous.row}) went through it first and freed its graph; "
+              f"this backward (line {ctx.call.row}) needs it again.")
+    summary = f"`{name}` is shared by two backward calls, and the first one freed its graph."
+    _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
+    advice = RETAIN_GRAPH_AFTER_STEP
+    if located is None or failing is None:
+        return role, summary, detail, fixes, advice
+    if between:
+        stepped = _optimizer_parameters(between)
+        produced_by = _parameters_under(candidate.binding.value.grad_fn)
+        last_step = max(between, key=lambda s: s.tick)
+        if stepped and not (stepped & produced_by):
+            fixes.append(detach_for_first_consumer.detach_before(
+                located.source, located.scope, name, located.store.end_lineno, previous.row))
+            advice = ("retain_graph=True would make this run, but the first loss would still "
+                      "back-propagate into the model that produced "
+                      f"`{name}`: detach it for that update instead.")
+        fixes.append(recompute_forward.recompute_before_use(
+            located.source, located.scope, located.store, last_step.row, failing,
+            f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row).code}`"
+            f" (line {last_step.row}): the step changed the weights its graph was built with"))
+    else:
+        fixes.append(sum_losses.sum_and_backward_once(source, previous_stmt, failing) if previous_stmt is not None else None)
+        call = _call_in(previous_stmt, "backward") if previous_stmt is not None else None
+        if call is not None:
+            fixes.append(graph_options.add_retain_graph(
+                source, call, "Keep the shared graph for the second backward with "
+                "`retain_graph=True` on the first one (correct here: no step in between)"))
+        advice = ("retain_graph=True on the first backward is correct here (no optimizer step "
+                  "between the two backward calls), but summing the losses and calling "
+                  "backward once is faster and frees the graph.")
+    return role, summary, detail, fixes, advice
+
+
+def _repeating_owner(ctx, located: Located | None, failing, source) -> ast.AST | None:
+    """The loop or closure that repeats the failing backward while `located` is outside it."""
+    if located is None or failing is None or source is None or located.source.filename != source.filename:
+        return None
+    store = located.store
+    for ancestor in src.ancestors(failing):
+        if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
+            if not (ancestor.lineno <= store.lineno <= ancestor.end_lineno) and store.lineno < ancestor.lineno:
+                return ancestor
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if store.lineno < ancestor.lineno and located.scope is not ancestor:
+                return ancestor
+            break
+    return None
+
+
+def _freed_by_grad(ctx, current, targets, previous) -> Finding | None:
+    _, _, grad_stmt = ctx.site_statement(previous.filename, previous.row)
+    source, _, failing = ctx.failing_statement()
+    if grad_stmt is None or source is None:
+        return None
+    call = _call_in(grad_stmt, "grad")
+    if call is None:
+        return None
+    freed = call.args[0] if call.args else None
+    name = source.segment(freed) if freed is not None else "the graph"
+    fix = graph_options.add_create_graph(source, call)
+    grad_code = source.segment(call)
+    message = (f"`{grad_code}` at line {previous.row} back-propagated through `{name}`'s graph and "
+               f"freed it (no create_graph/retain_graph), and this backward (line {ctx.call.row}) "
+               f"goes through `{name}` again. Its result feeds a loss, so it must build a graph "
+               f"itctx.")
+    if fix is not None:
+        message += f" Fix: {fix.message}."
+    row = grad_stmt.lineno
+    targets = src.targets_of(grad_stmt)
+    anchor = targets[0] if targets else call
+    result = source.segment(targets[0]) if targets else grad_code
+    culprit = Culprit(result, source.filename, Location(anchor.lineno, source.column(anchor.lineno, anchor.col_offset)),
+                      f"computed without a graph; `{name}`'s graph was freed by it", source.line(row).strip())
+    return Finding(
+        kind="second-backward", severity="error",
+        summary=f"`autograd.grad` freed `{name}`'s graph, and the final backward needs it.",
+        message=message, culprits=[culprit], fixes=[fix] if fix else [],
+        backward=ctx.call_site(ctx.call.filename, ctx.call.row),
+        freed_by=ctx.call_site(previous.filename, previous.row),
+        retain_graph_advice="retain_graph=True alone would run, but the penalty would have no "
+                            "gradient: create_graph=True is what makes the gradient differentiable.",
+    )
+
+
+def _generic_second_backward(ctx, previous: BackwardCall | None) -> Finding:
+    freed = ctx.call_site(previous.filename, previous.row) if previous else None
+    message = ("This backward goes through a graph that an earlier backward already freed"
+               + (f" (`{freed.code}`, line {freed.row})" if freed else "")
+               + ", but no variable in your frames holds the tensor that links them.")
+    return Finding(kind="second-backward", severity="error",
+                   summary="This backward reaches a graph an earlier backward freed.",
+                   message=message, backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
+                   freed_by=freed, retain_graph_advice=RETAIN_GRAPH_GROWS, confidence="guess")
+
+
+def _unrecorded_second_backward(ctx, roots, walked: graph.Walk | None = None) -> Finding | None:
+    """No mark splits the graph: no earlier backward was recorded (installed late, or
+    post-mortem), or the graph is larger than one explanation may walk (`walked`). Rank the
+    tensors related to this graph by what the source says about them (carried from itself,
+    stored in a container, made before the loop)."""
+    full = walked if walked is not None else graph.walk(roots)
+    root_keys = {id(r) for r in roots}
+    source, _, failing = ctx.failing_statement()
+    best, best_score = None, 0
+    for binding in ctx.bindings():
+        grad_fn = binding.value.grad_fn
+        if grad_fn is None or id(grad_fn) in root_keys:
+            continue
+        if id(grad_fn) not in full.nodes and (not graph.budget_left() or not _shares_history(grad_fn, full)):
+            continue
+        candidate = Candidate(binding, "direct")
+        candidate.located = located = ctx.locate(binding, ctx.call.row if ctx.call else None)
+        if located is None:
+            continue
+        if isinstance(located.store, ast.Call):
+            candidate.relation, score = "stored", 3
+        elif located.carried:
+            candidate.relation, score = "carried", 3
+        elif located.in_init or _repeating_owner(ctx, located, failing, source) is not None:
+            score = 2
+        else:
+            continue
+        if score > best_score:
+            best, best_score = candidate, score
+    if best is None:
+        return None
+    located = best.located
+    best.name = located.target_text
+    where = f"{os.path.basename(located.source.filename)}:{located.row}"
+    if best.relation == "carried":
+        fixes = carried_fixes(ctx, best, failing)
+        how = f"is re-assigned from itself at {where}, so it carries the graph of the previous iteration"
+    elif best.relation == "stored":
+        fixes = [detach_carried.detach_stored_value(located.source, located.store, best.name)]
+        how = f"is filled at {where} with tensors that keep the graphs of earlier steps"
+    elif located.in_init and located.class_node is not None:
+        fixes = [move_into_loop.inline_attribute(located.source, located.class_node, located.store, located.target_text)]
+        how = f"is computed once at {where}, in `__init__`, so every call reuses its graph"
+    else:
+        owner = _repeating_owner(ctx, located, failing, source)
+        fixes = [move_into_loop.move_into_body(located.source, located.store, owner, best.name)]
+        how = f"is computed once at {where}, before the loop, so every backward reuses its graph"
+    fixes = [f for f in fixes if f is not None]
+    why = (f"The graph is larger than one explanation walks ({len(full.nodes):,} nodes seen)"
+           if walked is not None else
+           "No earlier backward was recorded (the explainer was not installed yet)")
+    message = (f"`{best.name}` {how}; an earlier backward freed that graph and this backward "
+               f"goes through it again. {why}, so this is read from the source and from what "
+               f"the graph shows: likely, not certain.")
+    if fixes:
+        message += f" Fix: {fixes[0].message}."
+    return Finding(
+        kind="second-backward", severity="error",
+        summary=f"`{best.name}` most likely carries a graph that an earlier backward freed.",
+        message=message, culprits=[ctx.culprit(best, "likely carrier of the freed graph")],
+        fixes=fixes, backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
+        retain_graph_advice=RETAIN_GRAPH_GROWS, confidence="likely",
+    )
+
+
+def _parameters_under(grad_fn) -> set[int]:
+    if grad_fn is None:
+        return set()
+    result = graph.walk([grad_fn])
+    return {id(graph.leaf_variable(n)) for n in result.nodes.values() if graph.is_leaf(n)}
+
+def _optimizer_parameters(steps) -> set[int]:
+    ids = set()
+    for step in steps:
+        optimizer = step.optimizer()
+        if optimizer is not None:
+            ids |= {id(p) for group in optimizer.param_groups for p in group["params"]}
+    return ids
