@@ -55,8 +55,9 @@ def _lines_view(finding: Finding) -> str:
     marks: dict[tuple[str, int], str] = {}
     for culprit in finding.culprits:
         marks.setdefault((culprit.filename, culprit.location.row), "hl")
-    if finding.backward:
-        marks.setdefault((finding.backward.filename, finding.backward.row), "bw")
+    for call in (finding.backward, finding.freed_by, *finding.steps):
+        if call is not None:
+            marks.setdefault((call.filename, call.row), "bw")
     blocks = []
     for filename in dict.fromkeys(f for f, _ in marks):
         source = load(filename)
