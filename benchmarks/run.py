@@ -57,8 +57,8 @@ from explainer import source as explainer_source  # noqa: E402
 # What the first explanation in a process pays once: the hooks import the analysis (and, through
 # it, the fix builders and the renderer) on the first error only. Measured here, in this process.
 _import_started = time.perf_counter()
-from explainer.runtime import analysis, journal  # noqa: E402
 import explainer.render.text  # noqa: E402,F401
+from explainer.runtime import analysis, journal  # noqa: E402
 
 ANALYSIS_IMPORT_S = time.perf_counter() - _import_started
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shutil
 
-import manifest
 import pytest
 
+import manifest
 from explainer.fixes.edits import apply_edits
 from explainer.model import Edit, Location
 

@@ -154,7 +154,8 @@ def _make_wrapper(api: str, original):
 
 
 def _explain_into(error: RuntimeError, call: tuple, roots, caller) -> None:
-    from . import analysis  # imported on the first error only: keeps `import explainer` cheap
+    # Imported on the first error only: keeps `import explainer` and `install()` cheap.
+    from . import analysis
 
     analysis.explain_and_note(error, _as_call(call), roots, caller, recent_calls(), recent_steps())
 

@@ -97,16 +97,21 @@ def bindings(frames) -> list[Binding]:
     found: list[Binding] = []
     seen: set[int] = set()
     visited_objects: set[int] = set()
+    for index, name, value in _variables(frames):
+        if not _skippable(name, value):
+            _collect(found, seen, visited_objects, index, name, (), value, None, 0)
+    return found
+
+
+def _variables(frames):
+    """(frame index, name, value) for each frame's locals, then its globals."""
     for index, frame in enumerate(frames):
         scopes = [frame.f_locals]
         if frame.f_globals is not frame.f_locals:
             scopes.append(frame.f_globals)
         for scope in scopes:
             for name, value in list(scope.items()):
-                if _skippable(name, value):
-                    continue
-                _collect(found, seen, visited_objects, index, name, (), value, None, 0)
-    return found
+                yield index, name, value
 
 
 def _collect(found, seen, visited, frame_index, base, steps, value, owner, depth) -> None:
@@ -168,15 +173,10 @@ def _is_user_object(value) -> bool:
 def module_bindings(frames) -> list[tuple[str, torch.nn.Module, int]]:
     """(expression, module, frame_index) for every nn.Module bound in the frames."""
     modules, seen = [], set()
-    for index, frame in enumerate(frames):
-        scopes = [frame.f_locals]
-        if frame.f_globals is not frame.f_locals:
-            scopes.append(frame.f_globals)
-        for scope in scopes:
-            for name, value in list(scope.items()):
-                if isinstance(value, torch.nn.Module) and id(value) not in seen:
-                    seen.add(id(value))
-                    modules.append((name, value, index))
+    for index, name, value in _variables(frames):
+        if isinstance(value, torch.nn.Module) and id(value) not in seen:
+            seen.add(id(value))
+            modules.append((name, value, index))
     return modules
 
 
