@@ -113,3 +113,9 @@ def test_a_script_without_torch_never_imports_it(tmp_path, explain_run):
     """)
     run = explain_run(script)
     assert (run.returncode, run.stdout, run.stderr) == (0, "False\n", "")
+
+
+def test_importing_the_package_does_not_import_torch():
+    proc = subprocess.run([sys.executable, "-c", "import sys, explainer; print('torch' in sys.modules)"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.stdout == "False\n", proc.stderr
