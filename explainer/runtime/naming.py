@@ -45,8 +45,9 @@ class Binding:
         return Binding(self.frame_index, self.base, steps, None, None).expression
 
     @property
-    def in_container(self) -> bool:
-        return bool(self.steps) and self.steps[-1][0] == "item"
+    def in_sequence(self) -> bool:
+        """An element of a list or tuple (`memory[3]`, `hidden[0]`)."""
+        return bool(self.steps) and self.steps[-1][0] == "item" and isinstance(self.steps[-1][1], int)
 
 
 def is_user_frame(frame) -> bool:

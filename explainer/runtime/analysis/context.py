@@ -18,6 +18,7 @@ class Located:
     source: src.Source
     scope: ast.AST
     store: ast.AST  # an assignment statement or a `container.append(...)` call
+    target: ast.AST  # the assigned expression (or the append call): where the culprit points
     target_text: str
     carried: bool
     in_init: bool = False
@@ -29,9 +30,11 @@ class Located:
 
     @property
     def location(self) -> Location:
-        target = getattr(self, "_target_node", None)
-        node = target if target is not None else self.store
-        return Location(node.lineno, self.source.column(node.lineno, node.col_offset))
+        return Location(self.target.lineno, self.source.column(self.target.lineno, self.target.col_offset))
+
+    @property
+    def assignment(self) -> src.Assignment:
+        return src.Assignment(self.store, self.target)
 
 
 @dataclass
@@ -44,16 +47,13 @@ class Candidate:
 
 @dataclass
 class Context:
+    """One explanation's inputs; holds tensors and frames only while the explanation runs."""
+
     call: BackwardCall | None
-
     roots: list
-
     frames: list
-
     calls: tuple
-
     steps: tuple
-
     _bindings: list | None = field(default=None, repr=False)
 
     @property
@@ -114,7 +114,7 @@ class Context:
         source, scope = self.frame_source(frame)
         if source is None:
             return None
-        if binding.in_container and isinstance(binding.steps[-1][1], int):
+        if binding.in_sequence:
             container = binding.container_expression
             whole = src.assignments(scope, container)
             if whole and not src.appends(scope, container):
@@ -141,10 +141,8 @@ class Context:
             return (before, self_referencing(assignment, expression), in_loop, stmt.lineno)
 
         best = max(found, key=score)
-        located = Located(source, scope, best.stmt, source.segment(best.target),
-                          self._carried(source, scope, best, expression))
-        located._target_node = best.target
-        return located
+        return Located(source, scope, best.stmt, best.target, source.segment(best.target),
+                       self._carried(source, scope, best, expression))
 
     def backward_loops(self, source, scope) -> list:
         if self.call is None or source.filename != self.call.filename:
@@ -186,21 +184,16 @@ class Context:
 
         best = max(found, key=score)
         method = _method_of(best.stmt)
-        located = Located(source, method or class_node, best.stmt, source.segment(best.target),
-                          self_referencing(best, expression),
-                          in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
-        located._target_node = best.target
-        return located
+        return Located(source, method or class_node, best.stmt, best.target, source.segment(best.target),
+                       self_referencing(best, expression),
+                       in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
 
     def _locate_stored(self, binding, source, scope) -> Located | None:
         container = binding.container_expression
         calls = src.appends(scope, container) or src.appends(source.tree, container, deep=True)
         if not calls:
             return None
-        call = calls[-1]
-        located = Located(source, scope, call, container, True)
-        located._target_node = call
-        return located
+        return Located(source, scope, calls[-1], calls[-1], container, True)
 
     def carriers(self, current: graph.Walk, targets: set[int], mark: int) -> list[Candidate]:
         """Bindings that hold stale history (direct), hold it in a container (stored), or are
@@ -213,8 +206,10 @@ class Context:
                 continue
             key = id(grad_fn)
             if key in targets:
-                (stored if binding.in_container and isinstance(binding.steps[-1][1], int) else direct).append(
-                    Candidate(binding, "stored" if binding.in_container and isinstance(binding.steps[-1][1], int) else "direct"))
+                if binding.in_sequence:
+                    stored.append(Candidate(binding, "stored"))
+                else:
+                    direct.append(Candidate(binding, "direct"))
             elif key in current.nodes:
                 if key in reaching and current.seq[key] >= mark:
                     carried.append(Candidate(binding, "carried"))
@@ -256,8 +251,8 @@ class Context:
         if not stores:
             return
         store = stores[-1]
-        alias = Located(located.source, located.scope, store.stmt, located.source.segment(store.target), True)
-        alias._target_node = store.target
+        alias = Located(located.source, located.scope, store.stmt, store.target,
+                        located.source.segment(store.target), True)
         candidate.located, candidate.relation = alias, "stored"
 
     def failing_statement(self):
@@ -285,7 +280,7 @@ def _self_ref(candidate: Candidate) -> bool:
     located = candidate.located
     if located is None or not isinstance(located.store, ast.stmt):
         return False
-    return self_referencing(src.Assignment(located.store, getattr(located, "_target_node", located.store)),
+    return self_referencing(located.assignment,
                                      src.canonical(located.target_text))
 
 

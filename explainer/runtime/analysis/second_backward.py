@@ -108,31 +108,29 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
     if located is None:
         return []
     source, name = located.source, candidate.name
-    value = candidate.binding.value
     is_tuple = False
     stmt = located.store
     fixes: list[Fix | None] = []
     # An LSTM state is a tuple (h, c): the binding found is one element of it.
-    target = getattr(located, "_target_node", None)
-    if candidate.binding.in_container and isinstance(candidate.binding.steps[-1][1], int):
+    if candidate.binding.in_sequence:
         container = candidate.binding.container_expression
         if src.assignments(located.scope, container):
             name, is_tuple = container, True
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     if located.class_node is not None:
-        # Module state assigned in a method (forward). A submodule call (`ctx.gru(x,
-        # ctx.hidden)`) makes the new state from the old one: detach the old one there.
+        # Module state assigned in a method (forward). A submodule call (`self.gru(x,
+        # self.hidden)`) makes the new state from the old one: detach the old one there.
         # Anything else keeps tensors of this step in the state: store it without history.
         value = getattr(stmt, "value", None)
         if isinstance(value, ast.Call) and _is_self_call(value):
-            fixes.append(detach_carried.detach_where_read(source, name, src.Assignment(stmt, target), is_tuple))
+            fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
         elif isinstance(value, ast.Call):
             fixes.append(detach_carried.detach_stored_value(source, stmt, name))
         fixes.append(no_grad_update.update_under_no_grad(source, stmt, name))
         return fixes
     if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
             and src.canonical(receiver) == src.canonical(name):
-        fixes.append(accumulate_item.accumulate_with_item(source, name, src.Assignment(stmt, target), receiver))
+        fixes.append(accumulate_item.accumulate_with_item(source, name, located.assignment, receiver))
     loops = ctx.backward_loops(source, located.scope)
     loop = loops[-1] if loops else None
     for candidate_loop in loops:
@@ -141,7 +139,7 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
     if loop is not None:
         fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
         if any(s is stmt for s in loop.body):
-            fixes.append(detach_carried.detach_where_read(source, name, src.Assignment(stmt, target), is_tuple))
+            fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
         fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple))
     return fixes
 
