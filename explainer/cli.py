@@ -25,14 +25,68 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", metavar="OUT", help="write the findings as JSON to OUT (always written)")
     run.add_argument("script", metavar="SCRIPT")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+    check = commands.add_parser(
+        "check", help="find graph-history bugs in source, without running it",
+        description="Static analysis of .py files (folders are walked). Never imports or runs them.",
+    )
+    check.add_argument("paths", nargs="+", metavar="PATH")
+    check.add_argument("--format", choices=["text", "json"], default="text")
+    check.add_argument("--select", type=_codes, help="only these codes (comma-separated prefixes)")
+    check.add_argument("--ignore", type=_codes, help="skip these codes (comma-separated prefixes)")
+    rule = commands.add_parser("rule", help="show a rule's documentation")
+    rule.add_argument("code", metavar="CODE")
     return parser
+
+
+def _codes(text: str) -> list[str]:
+    return [c.strip().upper() for c in text.split(",") if c.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
     options = _parser().parse_args(argv)
     if options.command == "run":
         return run(options.script, options.args, options.json)
-    return 2
+    if options.command == "check":
+        return check(options.paths, options.format, options.select, options.ignore)
+    return show_rule(options.code)
+
+
+def check(paths: list[str], output: str, select, ignore) -> int:
+    from .render.diagnostics import render_json, render_text
+    from .static.check import check_paths
+
+    report = check_paths(paths, select, ignore)
+    if output == "json":
+        print(render_json(report.diagnostics))
+    else:
+        print(render_text(report.diagnostics, _line))
+    for error in report.errors:
+        print(f"explainer: {error}", file=sys.stderr)
+    if report.errors:
+        return 2
+    return 1 if report.diagnostics else 0
+
+
+def _line(filename: str, row: int) -> str | None:
+    try:
+        with open(filename, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if number == row:
+                    return line.rstrip("\r\n")
+    except OSError:
+        return None
+    return None
+
+
+def show_rule(code: str) -> int:
+    from .static.rules import BY_CODE
+
+    rule = BY_CODE.get(code.upper())
+    if rule is None:
+        print(f"explainer: unknown rule {code!r}; known: {', '.join(sorted(BY_CODE))}", file=sys.stderr)
+        return 2
+    print(rule.__doc__.strip())
+    return 0
 
 
 def run(script: str, args: list[str], json_out: str | None) -> int:

@@ -41,6 +41,13 @@ def load(filename: str) -> Source | None:
     return _parse(filename, "".join(lines))
 
 
+def parse(filename: str, text: str) -> Source:
+    """Parse `text` as `filename`; raises SyntaxError / ValueError for code that does not parse."""
+    tree = ast.parse(text, filename)
+    _link_parents(tree)
+    return Source(filename, text, tuple(text.splitlines(keepends=True)), tree)
+
+
 @lru_cache(maxsize=64)
 def _parse(filename: str, text: str) -> Source | None:
     try:

@@ -73,3 +73,25 @@ def detach_stored_value(source: Source, store: ast.AST, container: str) -> Fix |
     return Fix(f"Store `{source.segment(value)}` detached in `{container}`: a stored tensor "
                f"keeps the graph of the step that made it, and the next step would back-propagate "
                f"into it", (replace(source, value, f"{text}.detach()"),))
+
+
+def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is_tuple: bool) -> list[Fix | None]:
+    """State kept on a module and re-assigned in a method. A submodule call (`self.gru(x,
+    self.hidden)`) makes the new state from the old one: detach the old one there. Anything else
+    keeps this step's tensors in the state: store it without history, or under no_grad."""
+    from .no_grad_update import update_under_no_grad
+
+    stmt = assignment.stmt
+    value = getattr(stmt, "value", None)
+    fixes: list[Fix | None] = []
+    if isinstance(value, ast.Call) and _is_self_call(value):
+        fixes.append(detach_where_read(source, name, assignment, is_tuple))
+    elif isinstance(value, ast.Call):
+        fixes.append(detach_stored_value(source, stmt, name))
+    fixes.append(update_under_no_grad(source, stmt, name))
+    return fixes
+
+
+def _is_self_call(call: ast.Call) -> bool:
+    func = call.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"

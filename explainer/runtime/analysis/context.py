@@ -326,11 +326,6 @@ def _method_code(cls):
     return None
 
 
-def _is_self_call(call: ast.Call) -> bool:
-    func = call.func
-    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
-
-
 def _method_of(node: ast.AST):
     for ancestor in src.ancestors(node):
         if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -12,7 +12,6 @@ from ...fixes import (
     detach_for_first_consumer,
     graph_options,
     move_into_loop,
-    no_grad_update,
     recompute_forward,
     sum_losses,
 )
@@ -20,7 +19,7 @@ from ...model import Culprit, Finding, Fix, Location
 from .. import graph
 from ..hooks import BackwardCall
 from .advice import RETAIN_GRAPH_AFTER_STEP, RETAIN_GRAPH_GROWS
-from .context import Candidate, Located, _call_in, _is_self_call, _shares_history
+from .context import Candidate, Located, _call_in, _shares_history
 
 
 def explain_second_backward(ctx) -> Finding | None:
@@ -118,16 +117,7 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
             name, is_tuple = container, True
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     if located.class_node is not None:
-        # Module state assigned in a method (forward). A submodule call (`self.gru(x,
-        # self.hidden)`) makes the new state from the old one: detach the old one there.
-        # Anything else keeps tensors of this step in the state: store it without history.
-        value = getattr(stmt, "value", None)
-        if isinstance(value, ast.Call) and _is_self_call(value):
-            fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
-        elif isinstance(value, ast.Call):
-            fixes.append(detach_carried.detach_stored_value(source, stmt, name))
-        fixes.append(no_grad_update.update_under_no_grad(source, stmt, name))
-        return fixes
+        return detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple)
     if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
             and src.canonical(receiver) == src.canonical(name):
         fixes.append(accumulate_item.accumulate_with_item(source, name, located.assignment, receiver))

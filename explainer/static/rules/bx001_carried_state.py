@@ -1,0 +1,137 @@
+"""BX001 carried-state: state re-assigned from itself with history, never detached.
+
+## What it does
+Flags a tensor that is re-assigned from its own previous value by something with autograd history
+(`out, hidden = model(x, hidden)`, `Yest = Yest + w * X`, `self.hidden = ...self.hidden...` in a
+module) inside a loop that calls `backward()` (or in a module method), when nothing detaches it.
+
+## Why is this bad?
+The new value's history includes the old one, so each iteration's graph is linked to the previous
+iteration's. The first `backward()` frees the old graph and the next one raises "Trying to
+backward through the graph a second time". `retain_graph=True` only hides it: every backward then
+goes through all earlier iterations (time and memory grow), and after `optimizer.step()` it fails
+with "modified by an inplace operation".
+
+## Example
+```python
+hidden = torch.zeros(1, 4, 8)
+for x, y in batches:
+    out, hidden = model(x, hidden)
+    loss_fn(out, y).backward()
+```
+
+## Use instead
+```python
+hidden = torch.zeros(1, 4, 8)
+for x, y in batches:
+    out, hidden = model(x, hidden.detach())
+    loss_fn(out, y).backward()
+```
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ... import source as src
+from ...fixes import detach_carried
+from ..diagnostic import Diagnostic
+from ..module import CheckedModule
+from ..training import carries_history, detached_in, live_reads, training_loops, under_no_grad
+
+CODE = "BX001"
+NAME = "carried-state"
+
+
+def check(module: CheckedModule) -> Iterator[Diagnostic]:
+    seen: set[int] = set()
+    for training in training_loops(module.tree):
+        for node in src.own_nodes(training.loop):
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and id(node) not in seen:
+                seen.add(id(node))
+                yield from _carried(module, node, training.scope, training.loop)
+    for method in _module_methods(module.tree):
+        for node in src.own_nodes(method):
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                yield from _carried(module, node, method, None, attributes_only=True)
+
+
+def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagnostic]:
+    if under_no_grad(stmt):
+        return
+    for target in src.targets_of(stmt):
+        expression = src.canonical(target)
+        if attributes_only and not expression.startswith("self."):
+            continue
+        reads = live_reads(stmt.value, expression) if not isinstance(stmt, ast.AugAssign) else [target]
+        if not reads:
+            continue
+        if not carries_history(stmt.value, scope, stmt.lineno, ignore=expression):
+            continue
+        container = loop if loop is not None else scope
+        if detached_in(container, expression) or _reset_before(container, stmt, expression):
+            continue
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp) and loop is not None \
+                and _is_running_total(stmt, expression):
+            continue  # BX002's business
+        text = module.source.segment(target)
+        fix = _fix(module, stmt, target, expression, scope, loop)
+        yield module.diagnostic(
+            CODE, target,
+            f"`{text}` is re-assigned from itself with autograd history and never detached: each "
+            f"backward reaches into the previous iteration's freed graph", fix)
+
+
+def _is_running_total(stmt, expression) -> bool:
+    value = stmt.value
+    return isinstance(value.op, ast.Add) and src.canonical(value.left) == expression and isinstance(value.right, ast.Name)
+
+
+def _reset_before(container, stmt, expression) -> bool:
+    """A fresh value each iteration (`hidden = model.init_hidden()` at the top) is not carried."""
+    for node in src.own_nodes(container):
+        if isinstance(node, ast.stmt) and node.lineno < stmt.lineno and node is not stmt \
+                and _unconditional_in(node, container):
+            for target in src.targets_of(node):
+                value = src.value_of(node)
+                if src.canonical(target) == expression and value is not None and not src.reads(value, expression):
+                    return True
+    return False
+
+
+def _unconditional_in(node, container) -> bool:
+    """Runs on every pass through `container` (not under an `if`, `try` or inner loop)."""
+    for ancestor in src.ancestors(node):
+        if ancestor is container:
+            return True
+        if not isinstance(ancestor, (ast.With, ast.AsyncWith)):
+            return False
+    return False
+
+
+def _fix(module, stmt, target, expression, scope, loop):
+    is_tuple = _initial_is_tuple(scope, expression, stmt.lineno)
+    if loop is None:
+        found = detach_carried.fixes_for_module_state(module.source, src.Assignment(stmt, target), expression, is_tuple)
+        return next((f for f in found if f is not None), None)
+    if isinstance(stmt.value, ast.Call):
+        fix = detach_carried.detach_where_read(module.source, expression, src.Assignment(stmt, target), is_tuple)
+        if fix is not None:
+            return fix
+    if loop is not None:
+        return detach_carried.detach_at_loop_entry(module.source, expression, loop, is_tuple)
+    return None
+
+
+def _initial_is_tuple(scope, expression, before) -> bool:
+    earlier = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
+    return bool(earlier) and isinstance(src.value_of(earlier[0].stmt), ast.Tuple)
+
+
+def _module_methods(tree):
+    """`forward` of classes that define one: state re-assigned there lives across calls."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+            isinstance(m, ast.FunctionDef) and m.name == "forward" for m in node.body
+        ):
+            yield from (m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "forward")

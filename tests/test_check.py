@@ -1,0 +1,174 @@
+"""`python -m explainer check`: the rules on the samples (flagged at the culprit line, twins and
+clean scripts silent), a false-positive corpus, suppressions and the CLI contract."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import manifest
+from conftest import ROOT
+from explainer.fixes.edits import apply_edits
+from explainer.static.check import check_text
+from explainer.static.module import DOCS
+from explainer.static.rules import RULES, doc_page
+
+# Samples whose pattern the rules written so far cover, with the code expected at the culprit.
+COVERED = {
+    "rnn_hidden_chunks": "BX001", "lstm_tuple_state": "BX001", "discarded_detach": "BX001",
+    "module_rnn_state": "BX001", "ema_attribute": "BX001", "seed003_stored_states": "BX001",
+    "seed003_yest_carried": "BX001", "seed003_yest_retain_graph": "BX001", "running_loss_total": "BX002",
+}
+SAMPLES = {s.name: s for s in manifest.samples()}
+
+
+def check_file(path):
+    return check_text(path.read_text(), str(path))
+
+
+@pytest.mark.parametrize("name", sorted(COVERED))
+def test_covered_sample_is_flagged_at_its_culprit_line_and_its_fix_silences_it(name):
+    sample = SAMPLES[name]
+    found = [d for d in check_file(sample.path) if d.location.row == sample.culprit_row]
+    assert [d.code for d in found] == [COVERED[name]]
+    fix = found[0].fix
+    assert fix is not None
+    patched = apply_edits(sample.path.read_text(), fix.edits)
+    compile(patched, name, "exec")
+    assert not [d for d in check_text(patched, str(sample.path)) if d.code == COVERED[name]]
+
+
+@pytest.mark.parametrize("sample", [s for s in SAMPLES.values() if s.fixed], ids=lambda s: s.name)
+def test_fixed_twins_are_silent(sample):
+    assert check_file(sample.fixed) == []
+
+
+@pytest.mark.parametrize("sample", [s for s in SAMPLES.values() if s.kind == "none"], ids=lambda s: s.name)
+def test_clean_scenarios_are_silent(sample):
+    assert check_file(sample.path) == []
+
+
+CORRECT_CODE = {
+    "truncated BPTT with repackage_hidden": """
+        def repackage_hidden(h):
+            return h.detach() if isinstance(h, torch.Tensor) else tuple(repackage_hidden(v) for v in h)
+        hidden = model.init_hidden(4)
+        for x, y in batches:
+            hidden = repackage_hidden(hidden)
+            out, hidden = model(x, hidden)
+            loss_fn(out, y).backward()
+    """,
+    "fresh hidden state every batch": """
+        for x, y in batches:
+            hidden = model.init_hidden(4)
+            out, hidden = model(x, hidden)
+            loss_fn(out, y).backward()
+    """,
+    "tuple state detached": """
+        for x, y in batches:
+            hidden = tuple(h.detach() for h in hidden)
+            out, hidden = lstm(x, hidden)
+            loss_fn(out, y).backward()
+    """,
+    "running loss with item": """
+        running_loss = 0.0
+        for x, y in batches:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            running_loss += loss.item()
+            running_loss = running_loss + loss.item()
+    """,
+    "summed losses": """
+        for x, y in batches:
+            features = trunk(x)
+            (head1(features).mean() + head2(features).mean()).backward()
+    """,
+    "EMA under no_grad": """
+        class Model(nn.Module):
+            def forward(self, x):
+                h = self.proj(x)
+                with torch.no_grad():
+                    self.ema = 0.9 * self.ema + 0.1 * h.mean(0)
+                return h
+    """,
+    "counter and step": """
+        step = 0
+        for x, y in batches:
+            step = step + 1
+            loss = loss_fn(model(x), y)
+            loss.backward()
+    """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_CODE))
+def test_correct_training_code_is_silent(name):
+    assert check_text(textwrap.dedent(CORRECT_CODE[name]), "corpus.py") == []
+
+
+def test_noqa_select_and_ignore():
+    code = textwrap.dedent("""
+        for x in batches:
+            hidden.detach()
+            out, hidden = model(x, hidden)
+            out.sum().backward()
+    """)
+    assert [d.code for d in check_text(code, "a.py")] == ["BX003", "BX001"]
+    assert [d.code for d in check_text(code, "a.py", select=["BX003"])] == ["BX003"]
+    assert [d.code for d in check_text(code, "a.py", ignore=["BX003"])] == ["BX001"]
+    silenced = code.replace("hidden.detach()", "hidden.detach()  # noqa: BX003")
+    assert [d.code for d in check_text(silenced, "a.py")] == ["BX001"]
+    assert check_text(silenced.replace("model(x, hidden)", "model(x, hidden)  # noqa"), "a.py") == []
+
+
+def test_every_rule_has_a_docs_page_in_sync_and_its_url():
+    for rule in RULES:
+        page = DOCS / f"{rule.CODE}.md"
+        assert page.read_text() == doc_page(rule)
+        for heading in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
+            assert heading in page.read_text()
+
+
+def run_check(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "explainer", "check", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+
+
+def test_cli_json_shape_and_exit_codes(tmp_path):
+    flagged = run_check("--format", "json", "samples/rnn_hidden_chunks.py")
+    assert flagged.returncode == 1
+    (diagnostic,) = json.loads(flagged.stdout)
+    assert set(diagnostic) == {"code", "message", "filename", "location", "end_location", "fix", "url"}
+    assert diagnostic["url"].startswith("file://") and diagnostic["url"].endswith("/BX001.md")
+    assert (diagnostic["location"], diagnostic["end_location"]) == ({"row": 19, "column": 10}, {"row": 19, "column": 16})
+    clean = run_check("samples/rnn_hidden_chunks_fixed.py")
+    assert (clean.returncode, clean.stdout.strip()) == (0, "All checks passed.")
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    failed = run_check(str(broken), "samples/rnn_hidden_chunks_fixed.py")
+    assert failed.returncode == 2 and "cannot parse" in failed.stderr
+    assert run_check("--select", "NOPE1", "samples/").returncode == 0
+    assert run_check("no/such/path.py").returncode == 2
+
+
+def test_text_format_is_ruff_like():
+    out = run_check("samples/running_loss_total.py").stdout
+    assert out.splitlines()[0].startswith("samples/running_loss_total.py:15:5: BX002 ")
+    assert "15 |     total = total + loss  # culprit" in out and "= fix:" in out
+
+
+def test_check_never_imports_the_code_it_reads(tmp_path):
+    marker = tmp_path / "imported"
+    (tmp_path / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('x')\nimport train\n")
+    (tmp_path / "train.py").write_text("import evil\nfor x in data:\n    h = m(x, h)\n    h.sum().backward()\n")
+    result = run_check(str(tmp_path))
+    assert result.returncode == 1 and not marker.exists()
+
+
+def test_rule_command_prints_the_docs():
+    shown = subprocess.run([sys.executable, "-m", "explainer", "rule", "bx002"], capture_output=True,
+                           text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+    assert shown.returncode == 0 and "## Use instead" in shown.stdout
