@@ -94,6 +94,21 @@ CORRECT_CODE = {
                     self.ema = 0.9 * self.ema + 0.1 * h.mean(0)
                 return h
     """,
+    "state detached in place, element by element (pytorch/examples rpc rnn)": """
+        for data, target in batches:
+            hidden[0].detach_()
+            hidden[1].detach_()
+            output, hidden = model(data, hidden)
+            criterion(output, target).backward()
+    """,
+    "loss summed within one iteration of nested training loops (fast_neural_style)": """
+        for epoch in range(epochs):
+            for x in loader:
+                style_loss = 0.
+                for ft_y, gm_s in zip(features, grams):
+                    style_loss += mse_loss(gram(ft_y), gm_s)
+                style_loss.backward()
+    """,
     "counter and step": """
         step = 0
         for x, y in batches:

@@ -76,9 +76,12 @@ def detached_in(loop: ast.AST, expression: str) -> bool:
         if value is not None and any(src.canonical(t) == src.canonical(expression) for t in src.targets_of(node)) \
                 and src.reads(value, expression) and not live_reads(value, expression):
             return True  # `h = h.detach()`, `h = repackage_hidden(h)`, `h = tuple(x.detach() for x in h)`
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach_" \
-                and src.canonical(node.func.value) == src.canonical(expression):
-            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach_":
+            receiver = node.func.value
+            while isinstance(receiver, ast.Subscript):  # `hidden[0].detach_()` detaches part of `hidden`
+                receiver = receiver.value
+            if src.canonical(receiver) == src.canonical(expression):
+                return True
     return False
 
 

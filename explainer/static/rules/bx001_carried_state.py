@@ -45,7 +45,9 @@ NAME = "carried-state"
 
 def check(module: CheckedModule) -> Iterator[Diagnostic]:
     seen: set[int] = set()
-    for training in training_loops(module.tree):
+    # Innermost loops first: a statement is judged by the loop that repeats it most directly.
+    loops = sorted(training_loops(module.tree), key=lambda t: -sum(1 for _ in src.ancestors(t.loop)))
+    for training in loops:
         for node in src.own_nodes(training.loop):
             if isinstance(node, (ast.Assign, ast.AugAssign)) and id(node) not in seen:
                 seen.add(id(node))
