@@ -56,10 +56,11 @@ def check(paths: list[str], output: str, select, ignore) -> int:
     from .static.check import check_paths
 
     report = check_paths(paths, select, ignore)
-    if output == "json":
-        print(render_json(report.diagnostics))
-    else:
-        print(render_text(report.diagnostics, _line))
+    try:
+        print(render_json(report.diagnostics) if output == "json" else render_text(report.diagnostics, _line))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `explainer check ... | head`: the reader left, which is fine
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     for error in report.errors:
         print(f"explainer: {error}", file=sys.stderr)
     if report.errors:
@@ -68,14 +69,9 @@ def check(paths: list[str], output: str, select, ignore) -> int:
 
 
 def _line(filename: str, row: int) -> str | None:
-    try:
-        with open(filename, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if number == row:
-                    return line.rstrip("\r\n")
-    except OSError:
-        return None
-    return None
+    import linecache
+
+    return linecache.getline(filename, row).rstrip("\r\n") or None
 
 
 def show_rule(code: str) -> int:
