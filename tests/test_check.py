@@ -21,6 +21,7 @@ COVERED = {
     "rnn_hidden_chunks": "BX001", "lstm_tuple_state": "BX001", "discarded_detach": "BX001",
     "module_rnn_state": "BX001", "ema_attribute": "BX001", "seed003_stored_states": "BX001",
     "seed003_yest_carried": "BX001", "seed003_yest_retain_graph": "BX001", "running_loss_total": "BX002",
+    "weight_outside_loop": "BX004", "lbfgs_closure": "BX004", "init_derived_tensor": "BX004",
 }
 SAMPLES = {s.name: s for s in manifest.samples()}
 
@@ -108,6 +109,48 @@ CORRECT_CODE = {
                 for ft_y, gm_s in zip(features, grams):
                     style_loss += mse_loss(gram(ft_y), gm_s)
                 style_loss.backward()
+    """,
+    "leaf parameter made before the loop": """
+        w = torch.randn(5, requires_grad=True)
+        scale = nn.Parameter(torch.ones(1))
+        for x, y in batches:
+            loss = ((x @ w * scale - y) ** 2).mean()
+            loss.backward()
+    """,
+    "data prepared before the loop by an unknown function": """
+        inputs = preprocess(raw)
+        train_data = batchify(corpus.train, 20)
+        for step in range(10):
+            loss = loss_fn(model(inputs), targets)
+            loss.backward()
+    """,
+    "module-level train() reading global data (word_language_model)": """
+        train_data = batchify(corpus.train, 20)
+        model = nn.LSTM(4, 4)
+        def train():
+            output = model(train_data)
+            criterion(output, targets).backward()
+        for epoch in range(3):
+            train()
+    """,
+    "LBFGS with the forward inside the closure": """
+        model = nn.Linear(3, 1)
+        for epoch in range(3):
+            def closure():
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+    """,
+    "parameters created in __init__": """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(3, 3))
+                self.proj = nn.Linear(3, 3)
+            def forward(self, x):
+                return self.proj(x) @ self.weight
     """,
     "counter and step": """
         step = 0

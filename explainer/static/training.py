@@ -124,6 +124,8 @@ def carries_history(node: ast.AST, scope: ast.AST, before: int, ignore: str = ""
                 return True  # a submodule (or a method using parameters)
             return carries_history(receiver, scope, before, ignore, depth + 1) or any(
                 carries_history(a, scope, before, ignore, depth + 1) for a in arguments)
+        if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) == "Parameter":
+            return True
         if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip")
                                            or func.id[:1].isupper()):
             # Containers, and constructors (`OrderedDict(...)`): history only through arguments.
@@ -147,4 +149,125 @@ def carries_history(node: ast.AST, scope: ast.AST, before: int, ignore: str = ""
             return False
         value = src.value_of(earlier[-1].stmt)
         return value is not None and carries_history(value, scope, earlier[-1].stmt.lineno, ignore, depth + 1)
+    return False
+
+
+def operand_reads(node: ast.AST, expression: str) -> list[ast.expr]:
+    """Reads of `expression` as a value (`x @ w_hat`, `loss_fn(pred, y)`), not as the thing
+    called (`model(x)`) or whose method is called (`optimizer.step()`)."""
+    found = []
+    for read in src.reads(node, expression):
+        parent = src.parent(read)
+        if isinstance(parent, ast.Call) and parent.func is read:
+            continue
+        if isinstance(parent, ast.Attribute) and isinstance(src.parent(parent), ast.Call) \
+                and src.parent(parent).func is parent:
+            continue
+        found.append(read)
+    return found
+
+
+def backward_roots(body_owner: ast.AST) -> list[tuple[ast.Call, ast.expr]]:
+    """(backward call, the tensor back-propagated) for each backward in `body_owner`."""
+    roots = []
+    for node in src.own_nodes(body_owner):
+        if is_backward_call(node):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "backward" and not node.args \
+                    or isinstance(func, ast.Attribute) and func.attr == "backward" and "autograd" not in src.canonical(func.value):
+                roots.append((node, func.value))
+            elif node.args:
+                roots.append((node, node.args[0]))
+    return roots
+
+
+def flows_into_backward(body_owner: ast.AST, expression: str) -> bool:
+    """Whether `expression` is an operand of something back-propagated in `body_owner`, directly
+    or through the body's own assignments."""
+    for call, root in backward_roots(body_owner):
+        pending, seen = [root], set()
+        while pending:
+            node = pending.pop()
+            if operand_reads(node, expression):
+                return True
+            for name in src.names_read(node) - seen:
+                seen.add(name)
+                earlier = [a for a in src.assignments(body_owner, name) if a.stmt.lineno <= call.lineno]
+                if earlier and src.value_of(earlier[-1].stmt) is not None:
+                    pending.append(src.value_of(earlier[-1].stmt))
+    return False
+
+
+_MODULE_PREFIXES = ("nn.", "torch.nn.")
+
+
+def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> bool:
+    """Whether `node` is statically an nn.Module: `nn.Linear(...)`, `Net(...)` for a class in
+    this file that defines `forward`, `.to(...)`/`.cuda()` of one, or a name assigned from one."""
+    if depth > 6:
+        return False
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda", "cpu", "train", "eval", "double", "float", "half"):
+            return is_module(node.func.value, scope, before, depth + 1)
+        name = src.canonical(node.func)
+        if name.startswith(_MODULE_PREFIXES) and not name.startswith(("nn.functional", "torch.nn.functional",
+                                                                      "nn.Parameter", "torch.nn.Parameter")):
+            return name.rsplit(".", 1)[-1][:1].isupper()
+        if isinstance(node.func, ast.Name):
+            root = scope
+            while src.parent(root) is not None:
+                root = src.parent(root)
+            return any(isinstance(c, ast.ClassDef) and c.name == node.func.id
+                       and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
+                       for c in ast.walk(root))
+        return False
+    if isinstance(node, ast.Name):
+        earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
+        value = src.value_of(earlier[-1].stmt) if earlier else None
+        return value is not None and is_module(value, scope, earlier[-1].stmt.lineno, depth + 1)
+    return False
+
+
+def is_leaf_creation(value: ast.AST) -> bool:
+    """`torch.randn(..., requires_grad=True)`, `nn.Parameter(...)`, `.requires_grad_()`: a leaf, no graph."""
+    if not isinstance(value, ast.Call):
+        return False
+    name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+    return name in ("Parameter", "requires_grad_") or any(k.arg == "requires_grad" for k in value.keywords)
+
+
+def derived_with_history(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> bool:
+    """Strict form of `carries_history` for values reused across iterations: only evidence seen
+    in this file counts (a module call, a requires_grad leaf, a Parameter), never an unknown call."""
+    if depth > 8 or node is None:
+        return False
+    recurse = lambda child: derived_with_history(child, scope, before, depth + 1)  # noqa: E731
+    if isinstance(node, ast.Call):
+        if is_leaf_creation(node):
+            return True
+        if cuts_history(node):
+            return False
+        arguments = [*node.args, *(k.value for k in node.keywords)]
+        if is_module(node.func, scope, before):
+            return True
+        if isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            if isinstance(receiver, ast.Name) and receiver.id == "self":
+                return True
+            return recurse(receiver) or any(recurse(a) for a in arguments)
+        return False
+    if isinstance(node, ast.BinOp):
+        return recurse(node.left) or recurse(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return recurse(node.operand)
+    if isinstance(node, ast.Subscript):
+        return recurse(node.value)
+    if isinstance(node, ast.Name):
+        earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
+        value = src.value_of(earlier[-1].stmt) if earlier else None
+        return value is not None and derived_with_history(value, scope, earlier[-1].stmt.lineno, depth + 1)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        earlier = [a for a in src.assignments(scope, src.canonical(node)) if a.stmt.lineno < before]
+        value = src.value_of(earlier[-1].stmt) if earlier else None
+        return value is not None and derived_with_history(value, scope, earlier[-1].stmt.lineno, depth + 1)
     return False

@@ -1,0 +1,153 @@
+"""BX004 made-once: a tensor with history computed once and reused by every backward.
+
+## What it does
+Flags a value computed from parameters (or a module's output) once, then back-propagated again
+and again: before a loop that calls `backward()` (`w_hat = w / w.norm()`), outside an LBFGS
+closure (`pred = model(x)`), or in `__init__` and used in `forward`
+(`self.scale = torch.exp(self.log_scale)`).
+
+## Why is this bad?
+The value's graph is built once. The first `backward()` frees it; the next one raises "Trying to
+backward through the graph a second time". With `retain_graph=True` it runs but is wrong: the
+value never follows the updated parameters, and after `optimizer.step()` the old graph fails with
+"modified by an inplace operation".
+
+## Example
+```python
+w_hat = w / w.norm()
+for x, y in batches:
+    loss = ((x @ w_hat - y) ** 2).mean()
+    loss.backward()
+```
+
+## Use instead
+```python
+for x, y in batches:
+    w_hat = w / w.norm()
+    loss = ((x @ w_hat - y) ** 2).mean()
+    loss.backward()
+```
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ... import source as src
+from ...fixes import move_into_loop
+from ..diagnostic import Diagnostic
+from ..module import CheckedModule
+from ..training import (
+    derived_with_history,
+    flows_into_backward,
+    is_backward_call,
+    is_leaf_creation,
+    operand_reads,
+    training_loops,
+    under_no_grad,
+)
+
+CODE = "BX004"
+NAME = "made-once"
+
+
+def check(module: CheckedModule) -> Iterator[Diagnostic]:
+    yield from _before_loops(module)
+    yield from _outside_closures(module)
+    yield from _in_init(module)
+
+
+def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
+    """Names assigned in `block` (part of `scope`) before `owner` (a training loop or a
+    closure) that `owner` back-propagates through without re-assigning them."""
+    for stmt in src.own_nodes(block):
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.lineno >= owner.lineno or under_no_grad(stmt):
+            continue
+        if stmt.value is None or not _within_same_block(stmt, owner):
+            continue
+        for target in src.targets_of(stmt):
+            if not isinstance(target, ast.Name):
+                continue
+            name = target.id
+            if src.assignments(owner, name, deep=True) or not flows_into_backward(owner, name):
+                continue
+            if _later_assigned(scope, name, stmt, owner) or is_leaf_creation(stmt.value) \
+                    or not derived_with_history(stmt.value, scope, stmt.lineno):
+                continue
+            fix = move_into_loop.move_into_body(module.source, stmt, owner, name)
+            yield module.diagnostic(
+                CODE, target,
+                f"`{name}` is computed once, before the {kind}, and every backward in the {kind} "
+                f"goes through its graph: the first frees it", fix)
+
+
+def _before_loops(module) -> Iterator[Diagnostic]:
+    for training in training_loops(module.tree):
+        yield from _made_before(module, training.scope, training.scope, training.loop, "loop")
+
+
+def _outside_closures(module) -> Iterator[Diagnostic]:
+    """Closures handed to `optimizer.step(closure)` (LBFGS) re-run their backward."""
+    for scope in [module.tree, *(n for n in ast.walk(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+        for node in src.own_nodes(scope):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _calls_backward(node) \
+                    and _passed_to_step(scope, node.name):
+                block = _innermost_block_owner(node, scope)
+                yield from _made_before(module, block, scope, node, "closure")
+
+
+def _passed_to_step(scope, name: str) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+               and any(isinstance(a, ast.Name) and a.id == name for a in n.args)
+               for n in src.own_nodes(scope))
+
+
+def _in_init(module) -> Iterator[Diagnostic]:
+    for cls in (n for n in ast.walk(module.tree) if isinstance(n, ast.ClassDef)):
+        methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
+        init, forward = methods.get("__init__"), methods.get("forward")
+        if init is None or forward is None:
+            continue
+        for stmt in src.own_nodes(init):
+            if not isinstance(stmt, ast.Assign) or under_no_grad(stmt):
+                continue
+            for target in src.targets_of(stmt):
+                expression = src.canonical(target)
+                if not expression.startswith("self.") or not operand_reads(forward, expression):
+                    continue
+                if src.assignments(forward, expression) or not _derived_from_parameters(stmt.value, init, stmt.lineno):
+                    continue
+                fix = move_into_loop.inline_attribute(module.source, cls, stmt, expression)
+                yield module.diagnostic(
+                    CODE, target,
+                    f"`{expression}` is computed once, in `__init__`, from parameters: every forward "
+                    f"reuses its graph, and the first backward frees it", fix)
+
+
+def _derived_from_parameters(value, init, before) -> bool:
+    """Computed (not created) from the module's own parameters or submodules."""
+    return not is_leaf_creation(value) and derived_with_history(value, init, before)
+
+
+def _calls_backward(function) -> bool:
+    return any(is_backward_call(n) for n in src.own_nodes(function))
+
+
+def _innermost_block_owner(node, scope):
+    """The loop (or the scope) whose body holds `node`: names assigned there before `node`."""
+    for ancestor in src.ancestors(node):
+        if ancestor is scope or isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
+            return ancestor
+    return scope
+
+
+def _within_same_block(stmt, owner) -> bool:
+    """`stmt` runs before `owner` on the same path (not inside an `if` that `owner` is not in)."""
+    owner_chain = set(map(id, src.ancestors(owner)))
+    return all(id(a) in owner_chain or isinstance(a, (ast.With, ast.AsyncWith)) for a in src.ancestors(stmt)
+               if not isinstance(a, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _later_assigned(scope, name, stmt, owner) -> bool:
+    """Re-assigned between `stmt` and `owner`: that later value is the one used."""
+    return any(stmt.lineno < a.stmt.lineno < owner.lineno for a in src.assignments(scope, name))
