@@ -22,6 +22,7 @@ COVERED = {
     "module_rnn_state": "BX001", "ema_attribute": "BX001", "seed003_stored_states": "BX001",
     "seed003_yest_carried": "BX001", "seed003_yest_retain_graph": "BX001", "running_loss_total": "BX002",
     "weight_outside_loop": "BX004", "lbfgs_closure": "BX004", "init_derived_tensor": "BX004",
+    "past_states_list": "BX005", "dict_cache": "BX005",
 }
 SAMPLES = {s.name: s for s in manifest.samples()}
 
@@ -151,6 +152,35 @@ CORRECT_CODE = {
                 self.proj = nn.Linear(3, 3)
             def forward(self, x):
                 return self.proj(x) @ self.weight
+    """,
+    "losses kept in a list for logging": """
+        encoder = nn.Linear(4, 4)
+        losses = []
+        for x, y in batches:
+            loss = loss_fn(encoder(x), y)
+            loss.backward()
+            losses.append(loss)
+        print(sum(losses))
+    """,
+    "states stored detached": """
+        encoder = nn.Linear(4, 4)
+        memory, cache = [], {}
+        for x, y in batches:
+            h = encoder(x)
+            if memory:
+                h = h + torch.stack(memory).mean(0) + cache.get("prev", 0)
+            memory.append(h.detach())
+            cache["prev"] = h.detach()
+            loss_fn(h, y).backward()
+    """,
+    "buffer emptied every iteration": """
+        encoder = nn.Linear(4, 4)
+        steps = []
+        for x, y in batches:
+            steps.clear()
+            for t in range(3):
+                steps.append(encoder(x[t]))
+            loss_fn(torch.stack(steps), y).backward()
     """,
     "counter and step": """
         step = 0

@@ -181,14 +181,15 @@ def backward_roots(body_owner: ast.AST) -> list[tuple[ast.Call, ast.expr]]:
     return roots
 
 
-def flows_into_backward(body_owner: ast.AST, expression: str) -> bool:
+def flows_into_backward(body_owner: ast.AST, expression: str, reads=None) -> bool:
     """Whether `expression` is an operand of something back-propagated in `body_owner`, directly
-    or through the body's own assignments."""
+    or through the body's own assignments. `reads` finds the uses that count (operands)."""
+    reads = reads or operand_reads
     for call, root in backward_roots(body_owner):
         pending, seen = [root], set()
         while pending:
             node = pending.pop()
-            if operand_reads(node, expression):
+            if reads(node, expression):
                 return True
             for name in src.names_read(node) - seen:
                 seen.add(name)

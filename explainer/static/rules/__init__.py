@@ -2,9 +2,9 @@
 Why is this bad? / Example / Use instead) and `check(module) -> Iterator[Diagnostic]`."""
 from __future__ import annotations
 
-from . import bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once
+from . import bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once, bx005_stored_history
 
-RULES = [bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once]
+RULES = [bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once, bx005_stored_history]
 BY_CODE = {rule.CODE: rule for rule in RULES}
 
 
