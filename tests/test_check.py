@@ -242,6 +242,16 @@ def test_cli_json_shape_and_exit_codes(tmp_path):
     assert run_check("no/such/path.py").returncode == 2
 
 
+def test_files_are_decoded_as_python_does(tmp_path):
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("# -*- coding: latin-1 -*-\n# café\nfor x in data:\n    h = m(x, h)\n    h.sum().backward()\n".encode("latin-1"))
+    undecodable = tmp_path / "bad.py"
+    undecodable.write_bytes(b"x = '\xff'\n")
+    result = run_check("--format", "json", str(latin), str(undecodable))
+    assert [d["code"] for d in json.loads(result.stdout)] == ["BX001"]
+    assert result.returncode == 2 and "bad.py: cannot read" in result.stderr
+
+
 def test_text_format_is_ruff_like():
     out = run_check("samples/running_loss_total.py").stdout
     assert out.splitlines()[0].startswith("samples/running_loss_total.py:15:5: BX002 ")

@@ -1,7 +1,9 @@
 """Run the rules over files: `# noqa` suppressions, --select / --ignore, folders walked."""
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +38,8 @@ def check_paths(paths: Iterable[str], select=None, ignore=None) -> Report:
     report = Report()
     for path in _files(paths, report):
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
+            text = _read(path)
+        except (OSError, UnicodeDecodeError, SyntaxError) as error:
             report.errors.append(f"{path}: cannot read: {error}")
             continue
         try:
@@ -45,6 +47,13 @@ def check_paths(paths: Iterable[str], select=None, ignore=None) -> Report:
         except (SyntaxError, ValueError) as error:
             report.errors.append(f"{path}: cannot parse: {error}")
     return report
+
+
+def _read(path: Path) -> str:
+    """Decode as Python does: the PEP 263 coding cookie, UTF-8 otherwise."""
+    raw = path.read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    return raw.decode(encoding)
 
 
 def _files(paths: Iterable[str], report: Report) -> Iterator[Path]:

@@ -254,7 +254,7 @@ def derived_with_history(node: ast.AST, scope: ast.AST, before: int, depth: int 
         if isinstance(node.func, ast.Attribute):
             receiver = node.func.value
             if isinstance(receiver, ast.Name) and receiver.id == "self":
-                return True
+                return _in_module_class(node)  # a submodule, or a method using parameters
             return recurse(receiver) or any(recurse(a) for a in arguments)
         return False
     if isinstance(node, ast.BinOp):
@@ -271,4 +271,12 @@ def derived_with_history(node: ast.AST, scope: ast.AST, before: int, depth: int 
         earlier = [a for a in src.assignments(scope, src.canonical(node)) if a.stmt.lineno < before]
         value = src.value_of(earlier[-1].stmt) if earlier else None
         return value is not None and derived_with_history(value, scope, earlier[-1].stmt.lineno, depth + 1)
+    return False
+
+
+def _in_module_class(node: ast.AST) -> bool:
+    """Inside a class that defines `forward` (an nn.Module, as far as the source shows)."""
+    for ancestor in src.ancestors(node):
+        if isinstance(ancestor, ast.ClassDef):
+            return any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in ancestor.body)
     return False

@@ -102,12 +102,20 @@ def _reset_before(container, stmt, expression) -> bool:
 
 
 def _unconditional_in(node, container) -> bool:
-    """Runs on every pass through `container` (not under an `if`, `try` or inner loop)."""
+    """Runs on every pass through `container`: not under an inner loop, nor under an `if` whose
+    other branch leaves the name alone (`try` bodies and `with` blocks run)."""
+    child = node
     for ancestor in src.ancestors(node):
         if ancestor is container:
             return True
-        if not isinstance(ancestor, (ast.With, ast.AsyncWith)):
+        if isinstance(ancestor, ast.If):
+            other = ancestor.orelse if any(child is s for s in ancestor.body) else ancestor.body
+            names = {src.canonical(t) for t in src.targets_of(node)}
+            if not any(src.canonical(t) in names for s in other for n in ast.walk(s) for t in src.targets_of(n)):
+                return False
+        elif not isinstance(ancestor, (ast.With, ast.AsyncWith, ast.Try)):
             return False
+        child = ancestor
     return False
 
 
