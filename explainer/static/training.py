@@ -103,52 +103,55 @@ def live_reads(node: ast.AST, expression: str) -> list[ast.expr]:
     return live
 
 
-def carries_history(node: ast.AST, scope: ast.AST, before: int, ignore: str = "", depth: int = 0) -> bool:
-    """Whether `node` (an expression) may carry autograd history, not counting `ignore`: a call of a
-    module or an unknown function, a tensor made with requires_grad=True, or a local assigned from
-    one. Function arguments and loop variables count as data."""
+def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = False, ignore: str = "",
+                depth: int = 0) -> bool:
+    """Whether the expression `node` (read at line `before` of `scope`) may carry autograd history,
+    not counting `ignore`: a module call, a tensor made with requires_grad=True, a Parameter, or a
+    local assigned from one. Function arguments and loop variables count as data. The lenient
+    form (a self-referencing state is evidence enough) also takes any unknown call as a possible
+    module; the strict form (values reused across iterations) only trusts what the file shows."""
     if depth > 8 or node is None:
         return False
+
+    def recurse(child, at=before) -> bool:
+        return has_history(child, scope, at, strict=strict, ignore=ignore, depth=depth + 1)
+
     if isinstance(node, ast.Call):
-        if any(k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value for k in node.keywords):
+        if is_leaf_creation(node):
             return True
         if cuts_history(node):
             return False
-        func = node.func
         arguments = [*node.args, *(k.value for k in node.keywords)]
+        func = node.func
+        if is_module(func, scope, before):
+            return True
         if isinstance(func, ast.Attribute):
             receiver = func.value
             if isinstance(receiver, ast.Name) and receiver.id in ("torch", "F", "nn", "math", "np", "numpy"):
-                return any(carries_history(a, scope, before, ignore, depth + 1) for a in arguments)
+                return any(recurse(a) for a in arguments)
             if isinstance(receiver, ast.Name) and receiver.id == "self":
-                return True  # a submodule (or a method using parameters)
-            return carries_history(receiver, scope, before, ignore, depth + 1) or any(
-                carries_history(a, scope, before, ignore, depth + 1) for a in arguments)
-        if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) == "Parameter":
-            return True
+                return _in_module_class(node) if strict else True  # a submodule, or a method using parameters
+            return recurse(receiver) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip")
                                            or func.id[:1].isupper()):
             # Containers, and constructors (`OrderedDict(...)`): history only through arguments.
-            return any(carries_history(a, scope, before, ignore, depth + 1) for a in arguments)
-        return True  # model(x), an unknown callable: assume it may use parameters
-    if isinstance(node, (ast.BinOp,)):
-        return carries_history(node.left, scope, before, ignore, depth + 1) or carries_history(
-            node.right, scope, before, ignore, depth + 1)
+            return any(recurse(a) for a in arguments)
+        return not strict  # `model(x)`, an unknown callable: maybe a module
+    if isinstance(node, ast.BinOp):
+        return recurse(node.left) or recurse(node.right)
     if isinstance(node, ast.UnaryOp):
-        return carries_history(node.operand, scope, before, ignore, depth + 1)
+        return recurse(node.operand)
     if isinstance(node, (ast.Tuple, ast.List)):
-        return any(carries_history(e, scope, before, ignore, depth + 1) for e in node.elts)
+        return any(recurse(e) for e in node.elts)
     if isinstance(node, ast.Subscript):
-        return carries_history(node.value, scope, before, ignore, depth + 1)
+        return recurse(node.value)
     if isinstance(node, (ast.Name, ast.Attribute)):
         expression = src.canonical(node)
         if expression == ignore or (isinstance(node, ast.Attribute) and node.attr == "data"):
             return False
         earlier = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
-        if not earlier:
-            return False
-        value = src.value_of(earlier[-1].stmt)
-        return value is not None and carries_history(value, scope, earlier[-1].stmt.lineno, ignore, depth + 1)
+        value = src.value_of(earlier[-1].stmt) if earlier else None
+        return value is not None and recurse(value, earlier[-1].stmt.lineno)
     return False
 
 
@@ -235,43 +238,6 @@ def is_leaf_creation(value: ast.AST) -> bool:
         return False
     name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
     return name in ("Parameter", "requires_grad_") or any(k.arg == "requires_grad" for k in value.keywords)
-
-
-def derived_with_history(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> bool:
-    """Strict form of `carries_history` for values reused across iterations: only evidence seen
-    in this file counts (a module call, a requires_grad leaf, a Parameter), never an unknown call."""
-    if depth > 8 or node is None:
-        return False
-    recurse = lambda child: derived_with_history(child, scope, before, depth + 1)  # noqa: E731
-    if isinstance(node, ast.Call):
-        if is_leaf_creation(node):
-            return True
-        if cuts_history(node):
-            return False
-        arguments = [*node.args, *(k.value for k in node.keywords)]
-        if is_module(node.func, scope, before):
-            return True
-        if isinstance(node.func, ast.Attribute):
-            receiver = node.func.value
-            if isinstance(receiver, ast.Name) and receiver.id == "self":
-                return _in_module_class(node)  # a submodule, or a method using parameters
-            return recurse(receiver) or any(recurse(a) for a in arguments)
-        return False
-    if isinstance(node, ast.BinOp):
-        return recurse(node.left) or recurse(node.right)
-    if isinstance(node, ast.UnaryOp):
-        return recurse(node.operand)
-    if isinstance(node, ast.Subscript):
-        return recurse(node.value)
-    if isinstance(node, ast.Name):
-        earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
-        value = src.value_of(earlier[-1].stmt) if earlier else None
-        return value is not None and derived_with_history(value, scope, earlier[-1].stmt.lineno, depth + 1)
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        earlier = [a for a in src.assignments(scope, src.canonical(node)) if a.stmt.lineno < before]
-        value = src.value_of(earlier[-1].stmt) if earlier else None
-        return value is not None and derived_with_history(value, scope, earlier[-1].stmt.lineno, depth + 1)
-    return False
 
 
 def _in_module_class(node: ast.AST) -> bool:

@@ -37,7 +37,7 @@ from ... import source as src
 from ...fixes import detach_carried
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import carries_history, detached_in, live_reads, training_loops, under_no_grad
+from ..training import detached_in, has_history, live_reads, training_loops, under_no_grad
 
 CODE = "BX001"
 NAME = "carried-state"
@@ -68,7 +68,7 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagn
         reads = live_reads(stmt.value, expression) if not isinstance(stmt, ast.AugAssign) else [target]
         if not reads:
             continue
-        if not carries_history(stmt.value, scope, stmt.lineno, ignore=expression):
+        if not has_history(stmt.value, scope, stmt.lineno, ignore=expression):
             continue
         container = loop if loop is not None else scope
         if detached_in(container, expression) or _reset_before(container, stmt, expression):

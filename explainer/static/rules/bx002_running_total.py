@@ -36,7 +36,7 @@ from ... import source as src
 from ...fixes import accumulate_item
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import carries_history, cuts_history, is_backward_call, training_loops, under_no_grad
+from ..training import cuts_history, has_history, is_backward_call, training_loops, under_no_grad
 
 CODE = "BX002"
 NAME = "running-total"
@@ -50,7 +50,7 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
             if not isinstance(term, (ast.Name, ast.Attribute)) or under_no_grad(stmt) or cuts_history(term):
                 continue
             total = src.canonical(src.targets_of(stmt)[0])
-            if not carries_history(term, training.scope, stmt.lineno, ignore=total):
+            if not has_history(term, training.scope, stmt.lineno, ignore=total):
                 continue
             receiver = _backward_receiver(training.loop, total)
             fix = accumulate_item.accumulate_with_item(

@@ -38,8 +38,8 @@ from ...fixes import move_into_loop
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
 from ..training import (
-    derived_with_history,
     flows_into_backward,
+    has_history,
     is_backward_call,
     is_leaf_creation,
     operand_reads,
@@ -72,7 +72,7 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
             if src.assignments(owner, name, deep=True) or not flows_into_backward(owner, name):
                 continue
             if _later_assigned(scope, name, stmt, owner) or is_leaf_creation(stmt.value) \
-                    or not derived_with_history(stmt.value, scope, stmt.lineno):
+                    or not has_history(stmt.value, scope, stmt.lineno, strict=True):
                 continue
             fix = move_into_loop.move_into_body(module.source, stmt, owner, name)
             yield module.diagnostic(
@@ -126,7 +126,7 @@ def _in_init(module) -> Iterator[Diagnostic]:
 
 def _derived_from_parameters(value, init, before) -> bool:
     """Computed (not created) from the module's own parameters or submodules."""
-    return not is_leaf_creation(value) and derived_with_history(value, init, before)
+    return not is_leaf_creation(value) and has_history(value, init, before, strict=True)
 
 
 def _calls_backward(function) -> bool:

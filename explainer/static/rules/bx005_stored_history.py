@@ -42,7 +42,7 @@ from ... import source as src
 from ...fixes import detach_carried
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import cuts_history, derived_with_history, flows_into_backward, operand_reads, training_loops
+from ..training import cuts_history, flows_into_backward, has_history, operand_reads, training_loops
 
 CODE = "BX005"
 NAME = "stored-history"
@@ -62,7 +62,7 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
             if not isinstance(container, ast.Name) or cuts_history(value) \
                     or not _made_before(scope, name, loop) or _reset_in(loop, name):
                 continue
-            if not derived_with_history(value, scope, node.lineno) \
+            if not has_history(value, scope, node.lineno, strict=True) \
                     or not flows_into_backward(loop, name, reads=_container_reads):
                 continue
             statement = node if isinstance(node, ast.stmt) else src.statement_of(node)
