@@ -6,7 +6,6 @@ import json
 import os
 import runpy
 import sys
-import traceback
 
 from . import __version__
 
@@ -136,12 +135,11 @@ def _write_json(path: str | None, findings) -> None:
     os.replace(temporary, path)
 
 
-_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, runpy.__file__)
+_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, runpy.__file__, "<frozen runpy")
 
 
 def _is_own(tb) -> bool:
-    filename = tb.tb_frame.f_code.co_filename
-    return filename.startswith(_OWN_FILES) or filename == runpy.__file__ or filename.startswith("<frozen runpy")
+    return tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES)
 
 
 def _strip_own_frames(error: BaseException) -> None:
@@ -161,7 +159,3 @@ def _strip_own_frames(error: BaseException) -> None:
             tb = following
         error.__traceback__ = head
         error = error.__cause__ or error.__context__
-
-
-def format_exception(error: BaseException) -> str:
-    return "".join(traceback.format_exception(error))

@@ -28,6 +28,12 @@ class Edit:
     end_location: Location
 
 
+def edits_from_json(fix: dict) -> list[Edit]:
+    """The edits of a fix as written by `Finding.to_json` (for tools that apply fixes[0])."""
+    return [Edit(e["filename"], e["content"], Location(**e["location"]), Location(**e["end_location"]))
+            for e in fix["edits"]]
+
+
 @dataclass(frozen=True)
 class Fix:
     message: str

@@ -128,11 +128,14 @@ def statements_at(scope: ast.AST, row: int) -> list[ast.stmt]:
     return sorted(found, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)))
 
 
+_COMPOUND = (ast.For, ast.While, ast.If, ast.With, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
 def innermost_statement(scope: ast.AST, row: int) -> ast.stmt | None:
-    candidates = [s for s in statements_at(scope, row) if not isinstance(s, (ast.For, ast.While, ast.If, ast.With, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    if not candidates:
-        candidates = statements_at(scope, row)
-    return candidates[-1] if candidates else None
+    """The innermost simple statement spanning `row` (a compound one if there is none)."""
+    spanning = statements_at(scope, row)
+    simple = [s for s in spanning if not isinstance(s, _COMPOUND)]
+    return (simple or spanning)[-1] if spanning else None
 
 
 def loops_around(node: ast.AST, stop: ast.AST | None = None) -> list[ast.stmt]:
@@ -144,18 +147,6 @@ def loops_around(node: ast.AST, stop: ast.AST | None = None) -> list[ast.stmt]:
         if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
             loops.append(ancestor)
     return loops
-
-
-def body_containing(block_owner: ast.AST, node: ast.AST) -> tuple[list[ast.stmt], int] | None:
-    """The statement list of `block_owner` that holds `node` (at any depth) and its index."""
-    for field in ("body", "orelse", "finalbody", "handlers"):
-        block = getattr(block_owner, field, None)
-        if not isinstance(block, list):
-            continue
-        for index, stmt in enumerate(block):
-            if stmt is node or any(a is stmt for a in ancestors(node)):
-                return block, index
-    return None
 
 
 def targets_of(stmt: ast.AST) -> list[ast.expr]:

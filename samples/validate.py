@@ -25,7 +25,7 @@ ROOT = manifest.HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from explainer.fixes.edits import apply_edits  # noqa: E402
-from explainer.model import Edit, Location  # noqa: E402
+from explainer.model import edits_from_json  # noqa: E402
 
 
 def explain(script: Path, device: str, workdir: Path) -> tuple[int, list, float]:
@@ -42,10 +42,8 @@ def explain(script: Path, device: str, workdir: Path) -> tuple[int, list, float]
 def patched_copy(sample: manifest.Sample, fix: dict, workdir: Path) -> Path:
     folder = Path(tempfile.mkdtemp(dir=workdir))
     shutil.copy(manifest.HERE / "_device.py", folder)
-    edits = [Edit(e["filename"], e["content"], Location(**e["location"]), Location(**e["end_location"]))
-             for e in fix["edits"]]
     target = folder / sample.path.name
-    target.write_text(apply_edits(sample.path.read_text(), edits))
+    target.write_text(apply_edits(sample.path.read_text(), edits_from_json(fix)))
     return target
 
 

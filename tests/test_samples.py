@@ -8,16 +8,11 @@ import pytest
 
 import manifest
 from explainer.fixes.edits import apply_edits
-from explainer.model import Edit, Location
+from explainer.model import edits_from_json
 
 BUGGY = [s for s in manifest.samples() if s.kind != "none"]
 CLEAN = [s for s in manifest.samples() if s.kind == "none"]
 TWINS = [s for s in manifest.samples() if s.fixed is not None]
-
-
-def edits_of(fix: dict) -> list[Edit]:
-    return [Edit(e["filename"], e["content"], Location(**e["location"]), Location(**e["end_location"]))
-            for e in fix["edits"]]
 
 
 def test_there_are_enough_samples():
@@ -46,7 +41,7 @@ def test_buggy_sample_is_explained_and_fixes_0_runs_clean(sample, explain_run, t
     patched = tmp_path / "patched" / sample.path.name
     patched.parent.mkdir()
     shutil.copy(sample.path.parent / "_device.py", patched.parent)
-    patched.write_text(apply_edits(sample.path.read_text(), edits_of(fix)))
+    patched.write_text(apply_edits(sample.path.read_text(), edits_from_json(fix)))
     after = explain_run(patched)
     assert (after.returncode, after.findings) == (0, []), after.stderr
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Assignment, Source, body_containing, reads, statement_of
+from ..source import Assignment, Source, reads
 from .edits import insert_lines_before, replace
 
 
@@ -52,11 +52,6 @@ def keep_discarded_detach(source: Source, carrier: str, loop: ast.stmt, is_tuple
             return Fix(f"`{source.segment(node.value)}` throws its result away: assign it back to "
                        f"`{target}`", (replace(source, node, f"{target} = {detached(target, is_tuple)}"),))
     return None
-
-
-def first_loop_statement(loop: ast.stmt, node: ast.AST) -> ast.stmt | None:
-    found = body_containing(loop, statement_of(node))
-    return found[0][found[1]] if found else None
 
 
 def detach_stored_value(source: Source, store: ast.AST, container: str) -> Fix | None:

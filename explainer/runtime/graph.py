@@ -51,10 +51,6 @@ def budget_left() -> int:
     return _budget.remaining
 
 
-def sequence_nr(node) -> int:
-    return node._sequence_nr()
-
-
 def is_leaf(node) -> bool:
     return type(node).__name__ == "AccumulateGrad"
 
