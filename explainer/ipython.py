@@ -19,7 +19,7 @@ def load(ip) -> None:
 
     if id(ip) in _saved:
         return
-    hooks.install()
+    hooks.install_or_say_why_not()  # post-mortem %explain works even without the hooks
     _saved[id(ip)] = (ip.CustomTB, ip.custom_exceptions)
     ip.set_custom_exc((RuntimeError,), _handle)
     ip.register_magic_function(_explain_magic, "line", "explain")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
+import sys
 import threading
 import traceback
 import weakref
@@ -62,11 +64,13 @@ def test_explained_error_keeps_type_args_and_frames_and_gains_one_note(installed
     assert note.startswith(RULE) and "`hidden`" in note
 
 
-def test_the_only_frame_added_is_hidden_from_tracebacks(installed):
+def test_the_frames_added_are_hidden_from_tracebacks(installed):
     error = capture(carried_state_error)
     added = [frame for frame, _ in traceback.walk_tb(error.__traceback__)
              if "/explainer/" in frame.f_code.co_filename]
-    assert len(added) == 1 and added[0].f_locals.get("__tracebackhide__") is True
+    # `loss.backward()` passes the Tensor.backward hook, then autograd.backward's, which only
+    # forwards the call.
+    assert len(added) == 2 and all(f.f_locals.get("__tracebackhide__") is True for f in added)
 
 
 @pytest.mark.parametrize("stage", [
@@ -136,10 +140,50 @@ def test_install_is_idempotent_and_uninstall_restores_torch():
     explainer.install()
     assert torch.autograd.backward.__wrapped__ is originals[1]
     assert torch.autograd.grad.__wrapped__ is originals[2]
+    assert torch.Tensor.backward.__wrapped__ is originals[0]
+    assert [inspect.signature(f) for f in (torch.Tensor.backward, torch.autograd.backward,
+                                           torch.autograd.grad)] == [inspect.signature(f) for f in originals]
     explainer.uninstall()
     explainer.uninstall()
     assert (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad) == originals
     assert not hooks.installed()
+
+
+def test_hooks_pass_every_argument_through_and_record_the_callers_line(installed):
+    x = torch.ones(3, requires_grad=True)
+    w = torch.ones(3, requires_grad=True)
+    rows = [sys._getframe().f_lineno + 1]
+    (x * w).sum().backward(inputs=[w])
+    assert x.grad is None and torch.equal(w.grad, torch.ones(3))
+    rows.append(sys._getframe().f_lineno + 1)
+    torch.autograd.backward(tensors=(x * 2).sum(), grad_tensors=torch.tensor(3.0), inputs=x)
+    assert torch.equal(x.grad, torch.full((3,), 6.0))
+    rows.append(sys._getframe().f_lineno + 1)
+    grads = torch.autograd.grad(outputs=(x * x).sum(), inputs=[x, w], allow_unused=True, create_graph=True)
+    assert grads[1] is None and grads[0].requires_grad
+    calls = hooks.recent_calls()[-3:]
+    assert [(c.row, c.api, c.create_graph) for c in calls] == [
+        (rows[0], "backward", False), (rows[1], "backward", False), (rows[2], "grad", True)]
+    assert all(c.filename == __file__ for c in calls)
+
+
+def test_any_signature_is_wrapped_faithfully():
+    def original(self, first, /, second=2, *rest, retain_graph=None, create_graph=False, **extra):
+        return (self, first, second, rest, retain_graph, create_graph, extra)
+
+    wrapped = hooks._make_wrapper("test", "backward", "self", original)
+    assert inspect.signature(wrapped) == inspect.signature(original)
+    assert wrapped(1, 2, 3, 4, 5, create_graph=True, other=6) == (1, 2, 3, (4, 5), None, True, {"other": 6})
+    assert wrapped(1, 2) == original(1, 2)
+
+
+def test_an_unknown_signature_is_refused_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(torch.autograd, "grad", lambda outputs, inputs: None)
+    assert hooks.install_or_say_why_not() is False
+    assert not hooks.installed()
+    assert not hasattr(torch.autograd.backward, "__wrapped__") and not hasattr(torch.Tensor.backward, "__wrapped__")
+    err = capsys.readouterr().err
+    assert err.startswith("[explainer] not installed: unexpected signature") and err.count("\n") == 1
 
 
 def test_hooked_backward_returns_what_torch_returns(installed):

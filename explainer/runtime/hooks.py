@@ -5,12 +5,16 @@ the call have smaller numbers), the call site and `retain_graph`; per optimizer 
 site and the optimizer. When an explained error escapes a backward call, `analysis` turns it
 into a Finding, attached to the exception as a PEP 678 note.
 
-`Tensor.backward` calls `torch.autograd.backward`, so hooking that one (and `autograd.grad`)
-catches every backward and adds a single frame, marked `__tracebackhide__`, to a traceback.
+`Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad` are hooked; a
+`loss.backward()` passes two of them, so its traceback gains two frames, both marked
+`__tracebackhide__` (pytest and IPython hide them; `explainer run` strips them).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
+import linecache
 import os
 import sys
 import threading
@@ -103,53 +107,117 @@ def recent_steps() -> tuple[StepCall, ...]:
     return tuple(StepCall(tick, mark, ref, *_site(code, lasti)) for tick, mark, ref, code, lasti in _steps)
 
 
-# Positions of (roots, retain_graph, create_graph) in each hooked signature.
-_SIGNATURES = {"autograd.backward": (0, 2, 3), "autograd.grad": (0, 3, 4)}
-_ROOT_NAMES = {"autograd.backward": "tensors", "autograd.grad": "outputs"}
+# The hooked callables, by name: (owner, attribute, kind recorded, name of the roots parameter).
+_TARGETS = {
+    "Tensor.backward": (lambda: torch.Tensor, "backward", "backward", "self"),
+    "autograd.backward": (lambda: torch.autograd, "backward", "backward", "tensors"),
+    "autograd.grad": (lambda: torch.autograd, "grad", "grad", "outputs"),
+}
+
+# The wrapper runs on every backward call, so it is generated with the original's own parameter
+# list: binding `*args, **kwargs` and picking them apart cost more than everything it records
+# (measured in benchmarks/run.py, part 1b). Generating the code, as dataclasses does, keeps one
+# implementation for every torch version's signature.
+_WRAPPER_TEMPLATE = """
+def hooked({parameters}):
+    __tracebackhide__ = True
+    state = per_thread.state
+    if state[0]:
+        return original({forward})
+    caller = getframe(1)
+    if caller.f_code.co_filename.startswith(internal):
+        caller = user_frame(caller)
+    retain = bool(create_graph) if retain_graph is None else bool(retain_graph)
+    many = type({roots}) is tuple or type({roots}) is list
+    call = (next(ticks), peek(), tuple(map(id, {roots})) if many else (id({roots}),),
+            caller.f_code if caller is not None else None,
+            caller.f_lasti if caller is not None else 0, retain, bool(create_graph), kind)
+    calls = state[1]
+    if retain and calls:
+        check_growth(call, {roots}, caller)
+    state[0] = 1
+    try:
+        return original({forward})
+    except RuntimeError as error:
+        explain_into(error, call, {roots}, caller)
+        raise
+    finally:
+        state[0] = 0
+        calls.append(call)
+"""
 
 
-def _make_wrapper(api: str, original):
-    """The wrapper runs on every backward call: keep it to a few attribute reads."""
-    roots_at, retain_at, create_at = _SIGNATURES[api]
-    roots_name = _ROOT_NAMES[api]
-    kind = "grad" if api == "autograd.grad" else "backward"
-    getframe, peek, ticks, per_thread = sys._getframe, _peek_sequence_nr, _ticks, _local
+# Names the template binds itself: a parameter of the same name would shadow them.
+_TEMPLATE_NAMES = {
+    "state", "caller", "retain", "many", "call", "calls", "error", "original", "per_thread",
+    "getframe", "internal", "user_frame", "ticks", "peek", "kind", "check_growth", "explain_into",
+}
 
-    def hooked(*args, **kwargs):
-        __tracebackhide__ = True  # noqa: F841  (pytest and IPython hide this frame)
-        state = per_thread.state
-        if state[0]:
-            return original(*args, **kwargs)
-        roots = args[roots_at] if len(args) > roots_at else kwargs.get(roots_name)
-        create_graph = args[create_at] if len(args) > create_at else kwargs.get("create_graph", False)
-        retain = args[retain_at] if len(args) > retain_at else kwargs.get("retain_graph")
-        retain_graph = bool(create_graph) if retain is None else bool(retain)
-        # Tensor.backward calls us as (self, gradient, retain_graph, create_graph, inputs=...):
-        # then the user's frame is two up. Asking for it directly builds one frame object, not two.
-        caller = getframe(2 if len(args) == 4 and len(kwargs) == 1 and "inputs" in kwargs else 1)
-        if caller.f_code.co_filename.startswith(_INTERNAL):
-            caller = user_frame(caller)
-        many = type(roots) is tuple or type(roots) is list
-        call = (next(ticks), peek(), tuple(map(id, roots)) if many else (id(roots),),
-                caller.f_code if caller is not None else None,
-                caller.f_lasti if caller is not None else 0, retain_graph, bool(create_graph), kind)
-        calls = state[1]
-        if retain_graph and calls:
-            _check_growth(call, roots, getframe(1))
-        state[0] = 1
-        try:
-            return original(*args, **kwargs)
-        except RuntimeError as error:
-            _explain_into(error, call, roots, getframe(1))
-            raise
-        finally:
-            state[0] = 0
-            calls.append(call)
 
-    hooked.__name__ = getattr(original, "__name__", api)
-    hooked.__qualname__ = getattr(original, "__qualname__", api)
-    hooked.__doc__ = getattr(original, "__doc__", None)
-    hooked.__wrapped__ = original
+class UnsupportedTorch(RuntimeError):
+    """This torch's backward functions don't have the parameters the hooks record."""
+
+
+def _parameter_lists(signature: inspect.Signature, namespace: dict) -> tuple[str, str]:
+    """`signature` as a `def` parameter list, and the arguments that pass each parameter on
+    unchanged. Default values go into `namespace` (the generated code refers to them by name)."""
+    parameters, forward = [], []
+    values = list(signature.parameters.values())
+    for index, parameter in enumerate(values):
+        name = parameter.name
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            parameters.append(f"*{name}")
+            forward.append(f"*{name}")
+            continue
+        if parameter.kind is parameter.VAR_KEYWORD:
+            parameters.append(f"**{name}")
+            forward.append(f"**{name}")
+            continue
+        if parameter.kind is parameter.KEYWORD_ONLY and not any(p.startswith("*") for p in parameters):
+            parameters.append("*")
+        if parameter.default is parameter.empty:
+            parameters.append(name)
+        else:
+            namespace[f"_default_{index}"] = parameter.default
+            parameters.append(f"{name}=_default_{index}")
+        positional = parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+        forward.append(name if positional else f"{name}={name}")
+        if parameter.kind is parameter.POSITIONAL_ONLY and all(
+                later.kind is not later.POSITIONAL_ONLY for later in values[index + 1:]):
+            parameters.append("/")
+    return ", ".join(parameters), ", ".join(forward)
+
+
+def _make_wrapper(name: str, kind: str, roots_name: str, original):
+    """A function with `original`'s signature that records the call, then calls `original`.
+
+    Nested calls (a backward inside a backward hook, reentrant checkpointing, `Tensor.backward`
+    calling `autograd.backward`) go straight through: only the outermost call is recorded."""
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError) as error:
+        raise UnsupportedTorch(f"cannot read the signature of {original!r}") from error
+    names = list(signature.parameters)
+    if not names or names[0] != roots_name or not {"retain_graph", "create_graph"} <= set(names):
+        raise UnsupportedTorch(f"unexpected signature {original.__qualname__}{signature}")
+    clashes = set(names) & _TEMPLATE_NAMES
+    if clashes:
+        raise UnsupportedTorch(f"{original.__qualname__} has parameters named {sorted(clashes)}")
+    namespace = {
+        "original": original, "per_thread": _local, "getframe": sys._getframe,
+        "internal": _INTERNAL, "user_frame": user_frame, "ticks": _ticks,
+        "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth,
+        "explain_into": _explain_into,
+    }
+    parameters, forward = _parameter_lists(signature, namespace)
+    code = _WRAPPER_TEMPLATE.format(parameters=parameters, forward=forward, roots=roots_name)
+    # A file name inside this package marks the frame as ours (user_frame, the CLI's traceback);
+    # registering the text in linecache lets a traceback that does show the frame quote it.
+    filename = f"{_PACKAGE_DIR}runtime/<hook of {name}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102
+    hooked = namespace["hooked"]
+    functools.update_wrapper(hooked, original)
     return hooked
 
 
@@ -194,18 +262,37 @@ def installed() -> bool:
 
 
 def install() -> None:
-    """Hook `autograd.backward` (which `Tensor.backward` calls), `autograd.grad` and optimizer
-    steps. Idempotent."""
+    """Hook `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`, and add an
+    optimizer step post-hook. Idempotent. Raises UnsupportedTorch, with nothing hooked, when a
+    signature is not the one the hooks read.
+
+    `Tensor.backward` is hooked itself, not only through the `autograd.backward` it calls: from
+    its own wrapper the user's frame is the caller, while finding it from inside
+    `autograd.backward` would build a frame object for `Tensor.backward` on every call."""
     global _step_hook_handle
     if _originals:
         return
-    _originals["autograd.backward"] = torch.autograd.backward
-    _originals["autograd.grad"] = torch.autograd.grad
-    torch.autograd.backward = _make_wrapper("autograd.backward", torch.autograd.backward)
-    torch.autograd.grad = _make_wrapper("autograd.grad", torch.autograd.grad)
+    wrappers = {}
+    for name, (owner, attribute, kind, roots_name) in _TARGETS.items():
+        original = getattr(owner(), attribute)
+        wrappers[name] = (owner(), attribute, original, _make_wrapper(name, kind, roots_name, original))
+    for name, (target, attribute, original, wrapper) in wrappers.items():
+        _originals[name] = (target, attribute, original)
+        setattr(target, attribute, wrapper)
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     _step_hook_handle = register_optimizer_step_post_hook(_on_step)
+
+
+def install_or_say_why_not() -> bool:
+    """`install`, for front-ends that must not stop the user's code: one line on stderr if this
+    torch cannot be hooked."""
+    try:
+        install()
+    except UnsupportedTorch as error:
+        print(f"[explainer] not installed: {error}", file=sys.stderr)
+        return False
+    return True
 
 
 def uninstall() -> None:
@@ -213,8 +300,9 @@ def uninstall() -> None:
     global _step_hook_handle
     if not _originals:
         return
-    torch.autograd.backward = _originals.pop("autograd.backward")
-    torch.autograd.grad = _originals.pop("autograd.grad")
+    for target, attribute, original in _originals.values():
+        setattr(target, attribute, original)
+    _originals.clear()
     if _step_hook_handle is not None:
         _step_hook_handle.remove()
         _step_hook_handle = None

@@ -18,7 +18,7 @@ class _InstallAfterTorch(importlib.abc.Loader):
         self._loader.exec_module(module)
         from . import hooks
 
-        hooks.install()
+        hooks.install_or_say_why_not()
 
     def __getattr__(self, name):  # get_resource_reader, get_filename, ... of the real loader
         return getattr(self._loader, name)
@@ -39,6 +39,6 @@ def install_when_torch_is_imported() -> None:
     if "torch" in sys.modules:
         from . import hooks
 
-        hooks.install()
+        hooks.install_or_say_why_not()
     elif not any(isinstance(finder, _TorchWatcher) for finder in sys.meta_path):
         sys.meta_path.insert(0, _TorchWatcher())
