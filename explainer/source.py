@@ -78,11 +78,26 @@ def ancestors(node: ast.AST):
 def canonical(expression: str | ast.AST) -> str:
     """One spelling per expression: `cache["prev"]` and `cache['prev']` compare equal."""
     if isinstance(expression, str):
-        try:
-            expression = ast.parse(expression, mode="eval").body
-        except SyntaxError:
-            return expression
-    return ast.unparse(expression)
+        return _canonical_text(expression)
+    # Rules ask for the same nodes' spelling many times; unparsing is the checker's hot spot.
+    spelled = getattr(expression, "_canonical", None)
+    if spelled is None:
+        if isinstance(expression, ast.Name):
+            spelled = expression.id
+        elif isinstance(expression, ast.Attribute) and isinstance(expression.value, (ast.Name, ast.Attribute)):
+            spelled = f"{canonical(expression.value)}.{expression.attr}"
+        else:
+            spelled = ast.unparse(expression)
+        expression._canonical = spelled  # type: ignore[attr-defined]
+    return spelled
+
+
+@lru_cache(maxsize=4096)
+def _canonical_text(expression: str) -> str:
+    try:
+        return canonical(ast.parse(expression, mode="eval").body)
+    except SyntaxError:
+        return expression
 
 
 def function_for_code(source: Source, name: str, first_line: int) -> ast.AST:
@@ -191,15 +206,23 @@ class Assignment:
 def assignments(scope: ast.AST, expression: str, *, deep: bool = False) -> list[Assignment]:
     """Assignments to `expression` (canonical) in `scope`, in source order. `deep` also looks
     into nested defs (for a class: its methods)."""
-    wanted = canonical(expression)
-    nodes = ast.walk(scope) if deep else own_nodes(scope)
-    found = []
-    for node in nodes:
-        for target in targets_of(node):
-            if canonical(target) == wanted:
-                found.append(Assignment(node, target))
-    found.sort(key=lambda a: (a.stmt.lineno, a.stmt.col_offset))
-    return found
+    return _assignment_index(scope, deep).get(canonical(expression), [])
+
+
+def _assignment_index(scope: ast.AST, deep: bool) -> dict[str, list[Assignment]]:
+    """Every assignment in `scope` by canonical target, built once per scope (trees are never
+    changed after parsing)."""
+    attribute = "_assignments_deep" if deep else "_assignments"
+    index = getattr(scope, attribute, None)
+    if index is None:
+        index = {}
+        for node in ast.walk(scope) if deep else own_nodes(scope):
+            for target in targets_of(node):
+                index.setdefault(canonical(target), []).append(Assignment(node, target))
+        for found in index.values():
+            found.sort(key=lambda a: (a.stmt.lineno, a.stmt.col_offset))
+        setattr(scope, attribute, index)
+    return index
 
 
 def appends(scope: ast.AST, container: str, *, deep: bool = False) -> list[ast.Call]:

@@ -124,7 +124,7 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         arguments = [*node.args, *(k.value for k in node.keywords)]
         func = node.func
         if is_module(func, scope, before):
-            return True
+            return not _parameter_free(func, scope, before) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Attribute):
             receiver = func.value
             if isinstance(receiver, ast.Name) and receiver.id in ("torch", "F", "nn", "math", "np", "numpy"):
@@ -133,10 +133,13 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
                 return _in_module_class(node) if strict else True  # a submodule, or a method using parameters
             return recurse(receiver) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip")
-                                           or func.id[:1].isupper()):
-            # Containers, and constructors (`OrderedDict(...)`): history only through arguments.
+                                           or func.id[:1].isupper() or func.id in _torch_functions(scope)):
+            # Containers, constructors (`OrderedDict(...)`) and torch's functions
+            # (`from torch.nn.functional import mse_loss`): history only through arguments.
             return any(recurse(a) for a in arguments)
-        return not strict  # `model(x)`, an unknown callable: maybe a module
+        # `model(x)`, an unknown callable: maybe a module (lenient), and in any case a function of
+        # its arguments.
+        return not strict or any(recurse(a) for a in arguments)
     if isinstance(node, ast.BinOp):
         return recurse(node.left) or recurse(node.right)
     if isinstance(node, ast.UnaryOp):
@@ -150,7 +153,9 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         if expression == ignore or (isinstance(node, ast.Attribute) and node.attr == "data"):
             return False
         earlier = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
-        value = src.value_of(earlier[-1].stmt) if earlier else None
+        if not earlier or under_no_grad(earlier[-1].stmt):
+            return False
+        value = src.value_of(earlier[-1].stmt)
         return value is not None and recurse(value, earlier[-1].stmt.lineno)
     return False
 
@@ -221,7 +226,10 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
             root = scope
             while src.parent(root) is not None:
                 root = src.parent(root)
-            return any(isinstance(c, ast.ClassDef) and c.name == node.func.id
+            name = node.func.id
+            if name in _imported_classes(root):
+                return True  # `from models import Generator`: the file can't show more
+            return any(isinstance(c, ast.ClassDef) and c.name == name
                        and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
                        for c in ast.walk(root))
         return False
@@ -232,12 +240,67 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
     return False
 
 
+# Module classes without parameters (`nn.MSELoss()`, `nn.ReLU()`): calling one adds history
+# only through its arguments.
+_PARAMETER_FREE = ("Loss", "ReLU", "Tanh", "Sigmoid", "Softmax", "Softmin", "Dropout", "Identity",
+                   "Flatten", "GELU", "SiLU", "ELU", "Pool", "Softplus", "Hardtanh", "Mish")
+
+
+def _parameter_free(node: ast.AST, scope: ast.AST, before: int) -> bool:
+    for _ in range(6):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda", "cpu"):
+                node = node.func.value
+                continue
+            class_name = src.canonical(node.func).rsplit(".", 1)[-1]
+            return any(part in class_name for part in _PARAMETER_FREE)
+        if not isinstance(node, ast.Name):
+            return False
+        earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
+        if not earlier or src.value_of(earlier[-1].stmt) is None:
+            return False
+        node, before = src.value_of(earlier[-1].stmt), earlier[-1].stmt.lineno
+    return False
+
+
+def _torch_functions(scope: ast.AST) -> frozenset[str]:
+    """Lower-case names imported from torch (`from torch.nn.functional import mse_loss`)."""
+    tree = scope
+    while src.parent(tree) is not None:
+        tree = src.parent(tree)
+    found = getattr(tree, "_torch_functions", None)
+    if found is None:
+        found = frozenset(
+            alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == "torch"
+            for alias in node.names if (alias.asname or alias.name)[:1].islower())
+        tree._torch_functions = found  # type: ignore[attr-defined]
+    return found
+
+
+def _imported_classes(tree: ast.Module) -> frozenset[str]:
+    """Capitalized names imported from modules other than torch's (`from models import Net`)."""
+    found = getattr(tree, "_imported_classes", None)
+    if found is None:
+        found = frozenset(
+            alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and not (node.module or "").split(".")[0] in ("torch", "typing", "collections", "dataclasses", "enum", "pathlib")
+            for alias in node.names if (alias.asname or alias.name)[:1].isupper()
+            and not (alias.asname or alias.name).isupper())
+        tree._imported_classes = found  # type: ignore[attr-defined]
+    return found
+
+
 def is_leaf_creation(value: ast.AST) -> bool:
     """`torch.randn(..., requires_grad=True)`, `nn.Parameter(...)`, `.requires_grad_()`: a leaf, no graph."""
     if not isinstance(value, ast.Call):
         return False
     name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
-    return name in ("Parameter", "requires_grad_") or any(k.arg == "requires_grad" for k in value.keywords)
+    if name == "requires_grad_":
+        return not (value.args and isinstance(value.args[0], ast.Constant) and value.args[0].value is False)
+    return name == "Parameter" or any(
+        k.arg == "requires_grad" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+        for k in value.keywords)
 
 
 def _in_module_class(node: ast.AST) -> bool:
@@ -245,4 +308,48 @@ def _in_module_class(node: ast.AST) -> bool:
     for ancestor in src.ancestors(node):
         if isinstance(ancestor, ast.ClassDef):
             return any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in ancestor.body)
+    return False
+
+
+def carried_across_passes(stmt: ast.stmt, target: ast.expr, scope: ast.AST, container: ast.AST) -> bool:
+    """`target` is re-assigned by `stmt` from itself, with autograd history, and `container` (a
+    loop, or a method called again and again) neither detaches nor resets it: each pass's value
+    hangs on the previous pass's graph."""
+    value = src.value_of(stmt)
+    if value is None or under_no_grad(stmt):
+        return False
+    expression = src.canonical(target)
+    reads = live_reads(value, expression) if not isinstance(stmt, ast.AugAssign) else [target]
+    if not reads or not has_history(value, scope, stmt.lineno, ignore=expression):
+        return False
+    return not detached_in(container, expression) and not _reset_before(container, stmt, expression)
+
+
+def _reset_before(container, stmt, expression) -> bool:
+    """A fresh value each iteration (`hidden = model.init_hidden()` at the top) is not carried."""
+    for node in src.own_nodes(container):
+        if isinstance(node, ast.stmt) and node.lineno < stmt.lineno and node is not stmt \
+                and _unconditional_in(node, container):
+            for target in src.targets_of(node):
+                value = src.value_of(node)
+                if src.canonical(target) == expression and value is not None and not src.reads(value, expression):
+                    return True
+    return False
+
+
+def _unconditional_in(node, container) -> bool:
+    """Runs on every pass through `container`: not under an inner loop, nor under an `if` whose
+    other branch leaves the name alone (`try` bodies and `with` blocks run)."""
+    child = node
+    for ancestor in src.ancestors(node):
+        if ancestor is container:
+            return True
+        if isinstance(ancestor, ast.If):
+            other = ancestor.orelse if any(child is s for s in ancestor.body) else ancestor.body
+            names = {src.canonical(t) for t in src.targets_of(node)}
+            if not any(src.canonical(t) in names for s in other for n in ast.walk(s) for t in src.targets_of(n)):
+                return False
+        elif not isinstance(ancestor, (ast.With, ast.AsyncWith, ast.Try)):
+            return False
+        child = ancestor
     return False

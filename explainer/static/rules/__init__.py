@@ -2,9 +2,22 @@
 Why is this bad? / Example / Use instead) and `check(module) -> Iterator[Diagnostic]`."""
 from __future__ import annotations
 
-from . import bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once, bx005_stored_history
+from . import (
+    bx001_carried_state,
+    bx002_running_total,
+    bx003_discarded_detach,
+    bx004_made_once,
+    bx005_stored_history,
+    bx006_shared_graph,
+    bx007_step_before_backward,
+    bx008_retained_across_iterations,
+    bx009_loss_without_history,
+    bx010_grad_frees_graph,
+)
 
-RULES = [bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once, bx005_stored_history]
+RULES = [bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once, bx005_stored_history,
+         bx006_shared_graph, bx007_step_before_backward, bx008_retained_across_iterations,
+         bx009_loss_without_history, bx010_grad_frees_graph]
 BY_CODE = {rule.CODE: rule for rule in RULES}
 
 

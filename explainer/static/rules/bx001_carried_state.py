@@ -37,7 +37,7 @@ from ... import source as src
 from ...fixes import detach_carried
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import detached_in, has_history, live_reads, training_loops, under_no_grad
+from ..training import carried_across_passes, training_loops
 
 CODE = "BX001"
 NAME = "carried-state"
@@ -59,19 +59,11 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
 
 
 def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagnostic]:
-    if under_no_grad(stmt):
-        return
     for target in src.targets_of(stmt):
         expression = src.canonical(target)
         if attributes_only and not expression.startswith("self."):
             continue
-        reads = live_reads(stmt.value, expression) if not isinstance(stmt, ast.AugAssign) else [target]
-        if not reads:
-            continue
-        if not has_history(stmt.value, scope, stmt.lineno, ignore=expression):
-            continue
-        container = loop if loop is not None else scope
-        if detached_in(container, expression) or _reset_before(container, stmt, expression):
+        if not carried_across_passes(stmt, target, scope, loop if loop is not None else scope):
             continue
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp) and loop is not None \
                 and _is_running_total(stmt, expression):
@@ -87,36 +79,6 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagn
 def _is_running_total(stmt, expression) -> bool:
     value = stmt.value
     return isinstance(value.op, ast.Add) and src.canonical(value.left) == expression and isinstance(value.right, ast.Name)
-
-
-def _reset_before(container, stmt, expression) -> bool:
-    """A fresh value each iteration (`hidden = model.init_hidden()` at the top) is not carried."""
-    for node in src.own_nodes(container):
-        if isinstance(node, ast.stmt) and node.lineno < stmt.lineno and node is not stmt \
-                and _unconditional_in(node, container):
-            for target in src.targets_of(node):
-                value = src.value_of(node)
-                if src.canonical(target) == expression and value is not None and not src.reads(value, expression):
-                    return True
-    return False
-
-
-def _unconditional_in(node, container) -> bool:
-    """Runs on every pass through `container`: not under an inner loop, nor under an `if` whose
-    other branch leaves the name alone (`try` bodies and `with` blocks run)."""
-    child = node
-    for ancestor in src.ancestors(node):
-        if ancestor is container:
-            return True
-        if isinstance(ancestor, ast.If):
-            other = ancestor.orelse if any(child is s for s in ancestor.body) else ancestor.body
-            names = {src.canonical(t) for t in src.targets_of(node)}
-            if not any(src.canonical(t) in names for s in other for n in ast.walk(s) for t in src.targets_of(n)):
-                return False
-        elif not isinstance(ancestor, (ast.With, ast.AsyncWith, ast.Try)):
-            return False
-        child = ancestor
-    return False
 
 
 def _fix(module, stmt, target, expression, scope, loop):

@@ -1,0 +1,304 @@
+"""Where a value comes from within one scope, and what runs between two backward calls: the
+shared ancestors of two losses, the optimizer steps in between and the modules they update."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from .. import source as src
+from .training import cuts_history, has_history, is_backward_call, is_module, under_no_grad
+
+# Receivers whose attributes are library functions, not values (`torch.cat`, `F.relu`).
+_LIBRARIES = {"torch", "F", "nn", "np", "numpy", "math", "functional"}
+
+
+@dataclass(frozen=True)
+class Ancestor:
+    """An assignment that a value depends on without a cut (`.detach()`, `.item()`) between."""
+
+    expression: str
+    stmt: ast.stmt
+    target: ast.expr
+
+    @property
+    def value(self) -> ast.expr | None:
+        return src.value_of(self.stmt)
+
+    @property
+    def line(self) -> int:
+        return self.stmt.lineno
+
+
+def dependencies(node: ast.AST) -> list[ast.expr]:
+    """The names and attribute chains `node` reads as values, skipping what is called
+    (`model(x)` reads `x`, not `model`) and what a cut discards (`h.detach()`)."""
+    found: list[ast.expr] = []
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, ast.Call):
+            if cuts_history(current):
+                continue
+            func = current.func
+            if isinstance(func, ast.Attribute) and _root_name(func.value) not in _LIBRARIES:
+                pending.append(func.value)  # `out.mean()` reads `out`
+            pending.extend(current.args)
+            pending.extend(k.value for k in current.keywords)
+        elif isinstance(current, (ast.Name, ast.Attribute)) and isinstance(current.ctx, ast.Load):
+            if isinstance(current, ast.Attribute) and current.attr == "data":
+                continue
+            if _root_name(current) not in _LIBRARIES:
+                found.append(current)
+        elif isinstance(current, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+            if not cuts_history(current.elt):
+                pending.append(current.elt)
+                pending.extend(g.iter for g in current.generators)
+        elif isinstance(current, ast.Subscript):
+            pending.append(current.value)  # `grads[0]` reads `grads`; the index is data
+        elif not isinstance(current, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(current))
+    return found
+
+
+def ancestors(value: ast.AST, scope: ast.AST, before: int) -> list[Ancestor]:
+    """The assignments in `scope` that `value`, read at line `before`, was computed from, nearest
+    first: for each name read, the last assignment above the reading line, then its own reads."""
+    found: dict[tuple[int, str], Ancestor] = {}
+    pending = [(value, before)]
+    while pending:
+        node, at = pending.pop(0)
+        for read in dependencies(node):
+            assignment = _reaching(scope, read, at)
+            if assignment is None:
+                continue
+            key = (id(assignment.stmt), src.canonical(assignment.target))
+            if key in found:
+                continue
+            found[key] = Ancestor(src.canonical(assignment.target), assignment.stmt, assignment.target)
+            assigned = src.value_of(assignment.stmt)
+            if assigned is not None:
+                pending.append((assigned, assignment.stmt.lineno))
+    return list(found.values())
+
+
+def shared_ancestor(first: Backward, second: Backward, scope: ast.AST) -> Ancestor | None:
+    """The nearest assignment with autograd history that both calls' roots come from: the same
+    assignment, not one re-made between the calls."""
+    theirs = {(id(a.stmt), a.expression) for a in ancestors(second.root, scope, second.line)}
+    shared = [a for a in ancestors(first.root, scope, first.line)
+              if (id(a.stmt), a.expression) in theirs and carries_history(a, scope)]
+    return max(shared, key=lambda a: (a.line, a.stmt.col_offset)) if shared else None
+
+
+def carries_history(ancestor: Ancestor, scope: ast.AST) -> bool:
+    """The source shows the assigned value has a graph: a module call, a parameter, or a value
+    computed from one (made outside `no_grad`)."""
+    value = ancestor.value
+    return value is not None and not under_no_grad(ancestor.stmt) \
+        and has_history(value, scope, ancestor.line, strict=True)
+
+
+def _reaching(scope: ast.AST, read: ast.expr, at: int) -> src.Assignment | None:
+    """The last assignment above line `at` to `read`, or else to the object it is part of
+    (`out.shape` comes from `out`)."""
+    while True:
+        earlier = [a for a in src.assignments(scope, read) if a.stmt.lineno < at]
+        if earlier:
+            return earlier[-1]
+        if not isinstance(read, ast.Attribute):
+            return None
+        read = read.value
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+@dataclass(frozen=True)
+class Backward:
+    """One `x.backward(...)`, `torch.autograd.backward(x)` or `torch.autograd.grad(x, ...)`."""
+
+    call: ast.Call
+    root: ast.expr
+    api: str  # "backward" or "grad"
+
+    @property
+    def line(self) -> int:
+        return self.call.lineno
+
+    @property
+    def statement(self) -> ast.stmt:
+        return src.statement_of(self.call)
+
+    def keyword(self, name: str) -> ast.keyword | None:
+        return next((k for k in self.call.keywords if k.arg == name), None)
+
+    def frees_graph(self) -> bool:
+        """Neither retain_graph nor create_graph is passed, or both are a literal False."""
+        for name in ("retain_graph", "create_graph"):
+            keyword = self.keyword(name)
+            if keyword is not None and not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False):
+                return False
+        positional = 2 if self.api == "backward" else 3  # (gradient, retain_graph) / (outputs, inputs, grad_outputs, retain_graph)
+        return len(self.call.args) <= positional
+
+    def retains_graph(self) -> bool:
+        """retain_graph=True or create_graph=True, literally."""
+        return any(isinstance(k.value, ast.Constant) and k.value.value is True
+                   for k in self.call.keywords if k.arg in ("retain_graph", "create_graph"))
+
+
+def backward_calls(scope: ast.AST) -> list[Backward]:
+    """The backward calls in `scope` (not in nested defs), in source order."""
+    found = []
+    for node in src.own_nodes(scope):
+        if not is_backward_call(node):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id
+        through_autograd = isinstance(func, ast.Attribute) and src.canonical(func.value).endswith("autograd")
+        if name == "backward" and not through_autograd:
+            found.append(Backward(node, func.value, "backward"))
+        elif node.args:
+            found.append(Backward(node, node.args[0], "grad" if name == "grad" else "backward"))
+    found.sort(key=lambda b: (b.call.lineno, b.call.col_offset))
+    return found
+
+
+def scopes(tree: ast.Module) -> list[ast.AST]:
+    return [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def same_pass(first: ast.AST, second: ast.AST) -> bool:
+    """`second` comes after `first` in source and both run in one pass through their common
+    block: not in the two branches of one `if`, nor in a `try` and its handler."""
+    if (second.lineno, second.col_offset) <= (first.lineno, first.col_offset):
+        return False
+    first_chain = [first, *src.ancestors(first)]
+    second_chain = [second, *src.ancestors(second)]
+    common = next((a for a in first_chain if any(a is b for b in second_chain)), None)
+    if isinstance(common, ast.If):
+        return _branch(common, first) == _branch(common, second)
+    if isinstance(common, ast.Try):
+        return _branch(common, first) == _branch(common, second) or _branch(common, second) == "finalbody"
+    return True
+
+
+def _branch(owner: ast.AST, node: ast.AST) -> str | None:
+    chain = [node, *src.ancestors(node)]
+    for field in ("body", "orelse", "handlers", "finalbody"):
+        for child in getattr(owner, field, []):
+            if any(child is c for c in chain):
+                return field
+    return None
+
+
+@dataclass(frozen=True)
+class Step:
+    """`optimizer.step()` (or `scaler.step(optimizer)`), and the modules whose parameters that
+    optimizer updates, when the source shows them (None: unknown)."""
+
+    call: ast.Call
+    optimizer: str
+    modules: frozenset[str] | None
+
+    @property
+    def line(self) -> int:
+        return self.call.lineno
+
+
+def steps(scope: ast.AST) -> list[Step]:
+    found = []
+    for node in src.own_nodes(scope):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"):
+            continue
+        receiver = node.func.value
+        optimizer = node.args[0] if node.args and "scaler" in src.canonical(receiver).lower() else receiver
+        if not _is_optimizer(optimizer, scope, node.lineno):
+            continue
+        found.append(Step(node, src.canonical(optimizer), _updated_modules(optimizer, scope, node.lineno)))
+    found.sort(key=lambda s: (s.call.lineno, s.call.col_offset))
+    return found
+
+
+def _constructor(node: ast.AST, scope: ast.AST, before: int) -> ast.Call | None:
+    """The call that made `node`'s value, following simple assignments in `scope` and the module."""
+    for _ in range(4):
+        if isinstance(node, ast.Call):
+            return node
+        if not isinstance(node, (ast.Name, ast.Attribute)):
+            return None
+        assignment = _reaching(scope, node, before) or _reaching(_module_of(scope), node, before)
+        if assignment is None and isinstance(node, ast.Attribute):
+            assignment = _assigned_in_class(node, scope)
+        if assignment is None or src.value_of(assignment.stmt) is None:
+            return None
+        node, before = src.value_of(assignment.stmt), assignment.stmt.lineno
+    return None
+
+
+def _is_optimizer(node: ast.AST, scope: ast.AST, before: int) -> bool:
+    made = _constructor(node, scope, before)
+    if made is not None:
+        return "optim" in src.canonical(made.func) and "lr_scheduler" not in src.canonical(made.func)
+    name = src.canonical(node).lower()
+    return "opt" in name and "sched" not in name
+
+
+def _updated_modules(optimizer: ast.AST, scope: ast.AST, before: int) -> frozenset[str] | None:
+    made = _constructor(optimizer, scope, before)
+    if made is None or not made.args:
+        return None
+    modules: set[str] = set()
+    pending = [made.args[0]]
+    for _ in range(16):
+        if not pending:
+            break
+        node = pending.pop()
+        for call in src.calls_named(node, "parameters", "named_parameters"):
+            if isinstance(call.func, ast.Attribute):
+                modules.add(src.canonical(call.func.value))
+        for name in src.names_read(node):
+            assignment = _reaching(scope, ast.Name(name, ast.Load()), before) \
+                or _reaching(_module_of(scope), ast.Name(name, ast.Load()), before)
+            if assignment is not None and src.value_of(assignment.stmt) is not None:
+                pending.append(src.value_of(assignment.stmt))
+    return frozenset(modules) or None
+
+
+def modules_called(value: ast.AST, scope: ast.AST, before: int) -> set[str]:
+    """Modules called in `value` itself (`critic(torch.cat([s, actor(s)]))`: critic and actor),
+    as spelled there; `.to()`/`.cuda()` spellings resolve to the module."""
+    called = set()
+    for call in ast.walk(value):
+        if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)) \
+                and is_module(call.func, scope, before):
+            called.add(src.canonical(call.func))
+        elif isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.value is not None \
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
+                and _assigned_in_class(call.func, scope) is not None:
+            called.add(src.canonical(call.func))  # `self.encoder(x)`, a submodule set in __init__
+    return called
+
+
+def _module_of(scope: ast.AST) -> ast.AST:
+    while src.parent(scope) is not None:
+        scope = src.parent(scope)
+    return scope
+
+
+def _assigned_in_class(attribute: ast.Attribute, scope: ast.AST) -> src.Assignment | None:
+    """`self.x = ...` anywhere in the class around `scope` (usually `__init__`)."""
+    if not (isinstance(attribute.value, ast.Name) and attribute.value.id == "self"):
+        return None
+    owner = next((a for a in src.ancestors(scope) if isinstance(a, ast.ClassDef)), None)
+    if owner is None:
+        return None
+    found = src.assignments(owner, attribute, deep=True)
+    return found[0] if found else None
+
+
+def made_under_no_grad(ancestor: Ancestor) -> bool:
+    return under_no_grad(ancestor.stmt)

@@ -1,0 +1,91 @@
+"""BX006 shared-graph: two backward calls in one pass on losses that share an un-detached tensor.
+
+## What it does
+Flags a tensor with autograd history (`fake = generator(z)`, `features = trunk(x)`) that feeds
+two losses back-propagated one after the other, when the first `backward()` does not keep the
+graph (`retain_graph`).
+
+## Why is this bad?
+The first `backward()` frees the graph behind the shared tensor. The second one reaches that
+freed graph and raises "Trying to backward through the graph a second time". The error's hint,
+`retain_graph=True`, is only right when no optimizer step runs between the two calls; after a
+step it gives "modified by an inplace operation" instead.
+
+## Example
+```python
+fake = generator(z)
+d_loss = bce(discriminator(real), ones) + bce(discriminator(fake), zeros)
+d_loss.backward()
+opt_d.step()
+g_loss = bce(discriminator(fake), ones)
+g_loss.backward()
+```
+
+## Use instead
+```python
+fake = generator(z)
+d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+d_loss.backward()
+opt_d.step()
+g_loss = bce(discriminator(fake), ones)
+g_loss.backward()
+```
+For two losses on one trunk with no step between them, back-propagate their sum once:
+`(loss1 + loss2).backward()`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, sum_losses
+from ..dataflow import Ancestor, Backward, backward_calls, modules_called, same_pass, scopes, shared_ancestor, steps
+from ..diagnostic import Diagnostic
+from ..module import CheckedModule
+
+CODE = "BX006"
+NAME = "shared-graph"
+
+
+def check(module: CheckedModule) -> Iterator[Diagnostic]:
+    for scope in scopes(module.tree):
+        calls = backward_calls(scope)
+        flagged: set[int] = set()
+        for index, first in enumerate(calls):
+            if first.api != "backward" or not first.frees_graph():
+                continue
+            for second in calls[index + 1:]:
+                if not same_pass(first.call, second.call):
+                    continue
+                shared = shared_ancestor(first, second, scope)
+                if shared is None or id(shared.stmt) in flagged:
+                    continue
+                flagged.add(id(shared.stmt))
+                yield _diagnostic(module, scope, shared, first, second)
+                break
+
+
+def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward, second: Backward) -> Diagnostic:
+    source = module.source
+    between = [s for s in steps(scope) if same_pass(first.call, s.call) and same_pass(s.call, second.call)]
+    name = source.segment(shared.target)
+    message = (f"`{name}` feeds both `{source.segment(first.call)}` (line {first.line}) and "
+               f"`{source.segment(second.call)}` (line {second.line}): the first backward frees the "
+               f"graph that made `{name}`, so the second raises 'backward through the graph a second time'")
+    fix = None
+    if between:
+        step = between[-1]
+        producers = modules_called(shared.value, scope, shared.line) if shared.value is not None else set()
+        if step.modules is not None and producers and not (producers & step.modules):
+            fix = detach_for_first_consumer.detach_before(source, scope, shared.expression,
+                                                          shared.stmt.end_lineno, first.line)
+        if fix is None:
+            fix = recompute_forward.recompute_before_use(
+                source, scope, shared.stmt, step.line, second.statement,
+                f"Recompute `{name}` after `{source.segment(step.call)}` (line {step.line}): the step "
+                f"changed the weights its graph was built with")
+    else:
+        fix = sum_losses.sum_and_backward_once(source, first.statement, second.statement) \
+            or graph_options.add_retain_graph(source, first.call, "Keep the shared graph for the second "
+                                              "backward with `retain_graph=True` (no step in between)")
+    return module.diagnostic(CODE, shared.target, message, fix)
+
