@@ -26,10 +26,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
     check = commands.add_parser(
         "check", help="find graph-history bugs in source, without running it",
-        description="Static analysis of .py files (folders are walked). Never imports or runs them.",
+        description="Static analysis of .py files and .ipynb notebooks (folders are walked). "
+                    "Never imports or runs them.",
     )
     check.add_argument("paths", nargs="+", metavar="PATH")
-    check.add_argument("--format", choices=["text", "json"], default="text")
+    check.add_argument("--format", choices=["text", "json", "sarif"], default="text")
+    check.add_argument("--fix", action="store_true", help="apply the safe fixes in place, then report what is left")
     check.add_argument("--select", type=_codes, help="only these codes (comma-separated prefixes)")
     check.add_argument("--ignore", type=_codes, help="skip these codes (comma-separated prefixes)")
     rule = commands.add_parser("rule", help="show a rule's documentation")
@@ -46,17 +48,24 @@ def main(argv: list[str] | None = None) -> int:
     if options.command == "run":
         return run(options.script, options.args, options.json)
     if options.command == "check":
-        return check(options.paths, options.format, options.select, options.ignore)
+        return check(options.paths, options.format, options.select, options.ignore, options.fix)
     return show_rule(options.code)
 
 
-def check(paths: list[str], output: str, select, ignore) -> int:
+def check(paths: list[str], output: str, select, ignore, fix: bool = False) -> int:
     from .render.diagnostics import render_json, render_text
+    from .render.sarif import render_sarif
     from .static.check import check_paths
 
-    report = check_paths(paths, select, ignore)
+    report = check_paths(paths, select, ignore, fix)
+    if output == "json":
+        rendered = render_json(report.diagnostics)
+    elif output == "sarif":
+        rendered = render_sarif(report.diagnostics)
+    else:
+        rendered = render_text(report.diagnostics, report.line, fixed=report.fixed if fix else None)
     try:
-        print(render_json(report.diagnostics) if output == "json" else render_text(report.diagnostics, _line))
+        print(rendered)
         sys.stdout.flush()
     except BrokenPipeError:  # `explainer check ... | head`: the reader left, which is fine
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -65,12 +74,6 @@ def check(paths: list[str], output: str, select, ignore) -> int:
     if report.errors:
         return 2
     return 1 if report.diagnostics else 0
-
-
-def _line(filename: str, row: int) -> str | None:
-    import linecache
-
-    return linecache.getline(filename, row).rstrip("\r\n") or None
 
 
 def show_rule(code: str) -> int:

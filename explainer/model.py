@@ -26,12 +26,14 @@ class Edit:
     content: str
     location: Location
     end_location: Location
+    cell: int | None = None  # in a notebook: the 1-based code cell that rows count within
 
 
-def edits_from_json(fix: dict) -> list[Edit]:
-    """The edits of a fix as written by `Finding.to_json` (for tools that apply fixes[0])."""
-    return [Edit(e["filename"], e["content"], Location(**e["location"]), Location(**e["end_location"]))
-            for e in fix["edits"]]
+def edits_from_json(fix: dict, filename: str = "") -> list[Edit]:
+    """The edits of a fix as written by `Finding.to_json` or a check diagnostic's JSON (whose
+    edits name no file: they are in the diagnostic's)."""
+    return [Edit(e.get("filename", filename), e["content"], Location(**e["location"]),
+                 Location(**e["end_location"]), e.get("cell")) for e in fix["edits"]]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import pytest
 import manifest
 from conftest import ROOT
 from explainer.fixes.edits import apply_edits
+from explainer.model import Edit, Location, edits_from_json
 from explainer.static.check import check_text
 from explainer.static.module import DOCS
 from explainer.static.rules import RULES, doc_page
@@ -453,3 +454,113 @@ def test_rule_command_prints_the_docs():
     shown = subprocess.run([sys.executable, "-m", "explainer", "rule", "bx002"], capture_output=True,
                            text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""})
     assert shown.returncode == 0 and "## Use instead" in shown.stdout
+
+
+def write_notebook(path, cells, language="python"):
+    """A notebook as Jupyter saves it (nbformat 4, indent 1), from (cell_type, source) pairs."""
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "language": language, "display_name": "Python 3"}
+    make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell}
+    notebook.cells = [make[kind](textwrap.dedent(source).strip("\n")) for kind, source in cells]
+    nbformat.write(notebook, str(path))
+    return path
+
+
+RNN_NOTEBOOK = [
+    ("markdown", "# Truncated BPTT"),
+    ("code", """
+        %matplotlib inline
+        import torch
+        rnn = torch.nn.RNNCell(3, 4)
+        opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+        hidden = torch.zeros(1, 4)
+    """),
+    ("code", """
+        !nvidia-smi
+        for step in range(3):
+            x = torch.randn(1, 3)
+            hidden = rnn(x, hidden)
+            files = !ls
+            loss = hidden.pow(2).sum()
+            loss.backward()
+            rnn?
+            opt.step()
+    """),
+    ("code", """
+        %%bash
+        if then fi
+    """),
+]
+
+
+def test_notebook_cells_are_one_module_with_ipython_lines_skipped(tmp_path):
+    notebook = write_notebook(tmp_path / "rnn.ipynb", RNN_NOTEBOOK)
+    result = run_check("--format", "json", str(notebook))
+    assert result.returncode == 1, result.stderr
+    (diagnostic,) = json.loads(result.stdout)
+    # Cells count as the notebook shows them, the markdown cell included; rows within the cell.
+    assert (diagnostic["code"], diagnostic["cell"], diagnostic["location"]) == ("BX001", 3, {"row": 4, "column": 5})
+    assert diagnostic["fix"]["edits"][0]["cell"] == 3
+    text = run_check(str(notebook)).stdout
+    assert f"{notebook.name}:cell 3:4:5: BX001" in text.replace(str(tmp_path) + "/", "")
+    assert "4 |     hidden = rnn(x, hidden)" in text
+
+
+def test_notebook_cell_that_does_not_parse_is_skipped_and_reported(tmp_path):
+    notebook = write_notebook(tmp_path / "broken.ipynb", [*RNN_NOTEBOOK, ("code", "def broken(:\n    pass")])
+    result = run_check("--format", "json", str(notebook))
+    assert [d["code"] for d in json.loads(result.stdout)] == ["BX001"]
+    assert result.returncode == 2 and "cell 5:1: cannot parse" in result.stderr
+    (tmp_path / "bad.ipynb").write_text("{not json")
+    (tmp_path / "r.ipynb").write_text(json.dumps({"cells": [], "metadata": {"kernelspec": {"language": "R"}}}))
+    bad = run_check(str(tmp_path / "bad.ipynb"), str(tmp_path / "r.ipynb"))
+    assert bad.returncode == 2 and "invalid JSON" in bad.stderr and "not a Python notebook" in bad.stderr
+
+
+def test_fix_rewrites_python_files_and_reports_what_is_left(tmp_path):
+    for name in ("rnn_hidden_chunks", "gan_fake_reuse", "running_loss_total"):
+        (tmp_path / f"{name}.py").write_bytes((ROOT / "samples" / f"{name}.py").read_bytes())
+    (tmp_path / "clean.py").write_bytes((ROOT / "samples" / "rnn_hidden_chunks_fixed.py").read_bytes())
+    before = (tmp_path / "clean.py").stat().st_mtime_ns
+    result = run_check("--fix", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().endswith("(3 fixed, 0 remaining).")
+    assert run_check(str(tmp_path)).returncode == 0
+    assert (tmp_path / "clean.py").stat().st_mtime_ns == before  # untouched files are not rewritten
+    for name in ("rnn_hidden_chunks", "gan_fake_reuse", "running_loss_total"):
+        compile((tmp_path / f"{name}.py").read_text(), name, "exec")
+
+
+def test_fix_rewrites_only_the_fixed_lines_of_a_notebook(tmp_path):
+    notebook = write_notebook(tmp_path / "rnn.ipynb", [*RNN_NOTEBOOK, ("code", "def broken(:\n    pass")])
+    original = notebook.read_text()
+    result = run_check("--fix", str(notebook))
+    assert "(1 fixed, 0 remaining)" in result.stdout
+    changed = [(a, b) for a, b in zip(original.splitlines(), notebook.read_text().splitlines()) if a != b]
+    assert changed == [('    "    hidden = rnn(x, hidden)\\n",', '    "    hidden = rnn(x, hidden.detach())\\n",')]
+
+
+def test_sarif_output(tmp_path):
+    result = run_check("--format", "sarif", "samples/gan_fake_reuse.py", "samples/rnn_hidden_chunks_fixed.py")
+    assert result.returncode == 1
+    sarif = json.loads(result.stdout)
+    assert sarif["version"] == "2.1.0" and sarif["$schema"].endswith("sarif-2.1.0.json")
+    (run,) = sarif["runs"]
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == [rule.CODE for rule in RULES]
+    assert all(r["helpUri"].endswith(f"/{r['id']}.md") and "## Use instead" in r["help"]["markdown"] for r in rules)
+    (found,) = run["results"]
+    assert found["ruleId"] == "BX006" and rules[found["ruleIndex"]]["id"] == "BX006"
+    location = found["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"] == {"uri": "samples/gan_fake_reuse.py", "uriBaseId": "%SRCROOT%"}
+    assert location["region"] == {"startLine": 22, "startColumn": 5, "endLine": 22, "endColumn": 9}
+    # The fix, applied from SARIF's replacements alone, gives the script the JSON fix gives.
+    (change,) = found["fixes"][0]["artifactChanges"]
+    edits = [Edit("x", r["insertedContent"]["text"],
+                  Location(r["deletedRegion"]["startLine"], r["deletedRegion"]["startColumn"]),
+                  Location(r["deletedRegion"]["endLine"], r["deletedRegion"]["endColumn"]))
+             for r in change["replacements"]]
+    (diagnostic,) = json.loads(run_check("--format", "json", "samples/gan_fake_reuse.py").stdout)
+    text = (ROOT / "samples" / "gan_fake_reuse.py").read_text()
+    assert apply_edits(text, edits) == apply_edits(text, edits_from_json(diagnostic["fix"]))

@@ -7,12 +7,16 @@ import os
 from ..static.diagnostic import Diagnostic
 
 
-def render_text(diagnostics: list[Diagnostic], lines_of) -> str:
+def render_text(diagnostics: list[Diagnostic], line_of, fixed: int | None = None) -> str:
+    """ruff's layout: `path:row:col: CODE message` (`path:cell N:row:col:` in a notebook), the
+    source line with the range underlined, and the fix. `line_of(diagnostic)` gives the line;
+    `fixed` is how many fixes --fix applied (None without --fix)."""
     out = []
     for d in diagnostics:
         path = os.path.relpath(d.filename) if os.path.isabs(d.filename) else d.filename
-        out.append(f"{path}:{d.location.row}:{d.location.column}: {d.code} {d.message}")
-        line = lines_of(d.filename, d.location.row)
+        cell = f"cell {d.cell}:" if d.cell is not None else ""
+        out.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} {d.message}")
+        line = line_of(d)
         if line is not None:
             gutter = " " * len(str(d.location.row))
             width = (d.end_location.column - d.location.column) if d.end_location.row == d.location.row else len(line) - d.location.column + 1
@@ -23,7 +27,11 @@ def render_text(diagnostics: list[Diagnostic], lines_of) -> str:
             out.append(f"{' ' * len(str(d.location.row))} = fix: {d.fix.message}")
         out.append("")
     count = len(diagnostics)
-    out.append(f"Found {count} diagnostic{'s' if count != 1 else ''}." if count else "All checks passed.")
+    if fixed:
+        out.append(f"Found {count + fixed} diagnostic{'s' if count + fixed != 1 else ''} "
+                   f"({fixed} fixed, {count} remaining).")
+    else:
+        out.append(f"Found {count} diagnostic{'s' if count != 1 else ''}." if count else "All checks passed.")
     return "\n".join(out)
 
 

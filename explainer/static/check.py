@@ -1,6 +1,8 @@
-"""Run the rules over files: `# noqa` suppressions, --select / --ignore, folders walked."""
+"""Run the rules over files: `# noqa` suppressions, --select / --ignore, folders walked,
+notebooks as one module of their code cells, and `--fix`."""
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -9,18 +11,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import source as src
+from ..fixes.edits import apply_edits
+from ..model import Fix
 from .diagnostic import Diagnostic
 from .module import CheckedModule
+from .notebook import Notebook, NotebookError
 from .rules import RULES
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
-_SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache", "build", "dist"}
+_SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache", "build", "dist",
+                 ".ipynb_checkpoints"}
+_FIX_PASSES = 8
 
 
 @dataclass
 class Report:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    fixed: int = 0
+    # What the text renderer quotes: the lines of each file with diagnostics, by (file, cell).
+    lines: dict[tuple[str, int | None], list[str]] = field(default_factory=dict)
+
+    def line(self, diagnostic: Diagnostic) -> str | None:
+        lines = self.lines.get((diagnostic.filename, diagnostic.cell), [])
+        row = diagnostic.location.row
+        return lines[row - 1].rstrip("\r\n") if 0 < row <= len(lines) else None
 
 
 def check_text(text: str, filename: str, select: Iterable[str] | None = None,
@@ -34,24 +49,106 @@ def check_text(text: str, filename: str, select: Iterable[str] | None = None,
     return sorted(unique.values(), key=lambda d: (d.location.row, d.location.column, d.code))
 
 
-def check_paths(paths: Iterable[str], select=None, ignore=None) -> Report:
+def check_paths(paths: Iterable[str], select=None, ignore=None, fix: bool = False) -> Report:
     report = Report()
     for path in _files(paths, report):
         try:
-            text = _read(path)
+            raw = _read(path)
         except (OSError, UnicodeDecodeError, SyntaxError) as error:
             report.errors.append(f"{path}: cannot read: {error}")
             continue
+        if path.suffix == ".ipynb":
+            _check_notebook(path, raw, report, select, ignore, fix)
+            continue
         try:
-            report.diagnostics.extend(check_text(text, str(path), select, ignore))
+            if fix:
+                raw = _fix_file(path, raw, report, select, ignore, lambda text: text)
+            found = check_text(raw, str(path), select, ignore)
         except (SyntaxError, ValueError) as error:
             report.errors.append(f"{path}: cannot parse: {error}")
+            continue
+        if found:
+            report.diagnostics.extend(found)
+            report.lines[(str(path), None)] = raw.splitlines(keepends=True)
     return report
 
 
+def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: bool) -> None:
+    try:
+        notebook = _parseable_notebook(path, raw, report)
+    except NotebookError as error:
+        report.errors.append(f"{path}: {error}")
+        return
+    if fix and notebook.text:
+        try:
+            fixed_json = _fix_file(path, notebook.text, report, select, ignore, notebook.with_text)
+            notebook = _parseable_notebook(path, fixed_json, report, quiet=True)
+        except NotebookError as error:
+            report.errors.append(f"{path}: not fixed: {error}")
+    found = [notebook.to_cells(d) for d in check_text(notebook.text, str(path), select, ignore)]
+    report.diagnostics.extend(found)
+    for cell in {d.cell for d in found}:
+        report.lines[(str(path), cell)] = notebook.cell_lines(cell)
+
+
+def _parseable_notebook(path: Path, raw: str, report: Report, quiet: bool = False) -> Notebook:
+    """The notebook with cells that don't parse left out (and reported)."""
+    hidden: set[int] = set()
+    while True:
+        notebook = Notebook.read(str(path), raw, frozenset(hidden))
+        try:
+            ast.parse(notebook.text, str(path))
+            return notebook
+        except SyntaxError as error:
+            cell, row = notebook.cell_of(error.lineno or 1)
+            if cell in hidden:
+                raise NotebookError(f"cannot parse: {error.msg}") from error
+            hidden.add(cell)
+            if not quiet:
+                report.errors.append(f"{path}: cell {cell}:{row}: cannot parse: {error.msg} (cell skipped)")
+
+
+def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize) -> str:
+    """Apply safe fixes to `text` (a module) until none applies; write `serialize(text)` back
+    to `path` when something changed. Returns what was written (or `serialize(text)`)."""
+    original, fixed = text, 0
+    for _ in range(_FIX_PASSES):
+        fixes = _compatible([d.fix for d in check_text(text, str(path), select, ignore)
+                             if d.fix is not None and d.fix.applicability == "safe"])
+        if not fixes:
+            break
+        patched = apply_edits(text, [edit for f in fixes for edit in f.edits])
+        try:
+            ast.parse(patched)
+        except SyntaxError:
+            break  # never write code that does not parse
+        text = patched
+        fixed += len(fixes)
+    written = serialize(text)
+    if text != original:
+        path.write_text(written, encoding="utf-8")
+        report.fixed += fixed
+    return written
+
+
+def _compatible(fixes: list[Fix]) -> list[Fix]:
+    """Fixes whose edits overlap no earlier chosen fix's edits (the rest wait for the next pass)."""
+    chosen, taken = [], []
+    for fix in fixes:
+        spans = [((e.location.row, e.location.column), (e.end_location.row, e.end_location.column)) for e in fix.edits]
+        if any(start < other_end and other_start < end or start == other_start
+               for start, end in spans for other_start, other_end in taken):
+            continue
+        chosen.append(fix)
+        taken.extend(spans)
+    return chosen
+
+
 def _read(path: Path) -> str:
-    """Decode as Python does: the PEP 263 coding cookie, UTF-8 otherwise."""
+    """Decode as Python does: the PEP 263 coding cookie, UTF-8 otherwise (notebooks: UTF-8)."""
     raw = path.read_bytes()
+    if path.suffix == ".ipynb":
+        return raw.decode("utf-8")
     encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
     return raw.decode(encoding)
 
@@ -60,11 +157,9 @@ def _files(paths: Iterable[str], report: Report) -> Iterator[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            for child in sorted(path.rglob("*.py")):
+            for child in sorted([*path.rglob("*.py"), *path.rglob("*.ipynb")]):
                 if not any(part in _SKIPPED_DIRS or part.startswith(".") for part in child.relative_to(path).parts[:-1]):
                     yield child
-        elif path.is_file() and path.suffix == ".ipynb":
-            report.errors.append(f"{path}: notebooks are not checked yet")
         elif path.is_file():
             yield path
         else:

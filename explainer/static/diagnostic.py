@@ -30,7 +30,8 @@ class Diagnostic:
                 "edits": [
                     {"content": e.content,
                      "location": {"row": e.location.row, "column": e.location.column},
-                     "end_location": {"row": e.end_location.row, "column": e.end_location.column}}
+                     "end_location": {"row": e.end_location.row, "column": e.end_location.column},
+                     **({} if e.cell is None else {"cell": e.cell})}
                     for e in self.fix.edits
                 ],
             },

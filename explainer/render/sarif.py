@@ -1,0 +1,95 @@
+"""Static diagnostics as SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
+
+Columns are Unicode code points (`columnKind`), as in our data model. Notebook diagnostics point
+at the notebook file; the cell is named in the message, because SARIF regions are rows of the
+file's text and a notebook's cells are not.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .. import __version__
+from ..model import Location
+from ..static.diagnostic import Diagnostic
+from ..static.rules import RULES, doc_page
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def render_sarif(diagnostics: list[Diagnostic], root: str | None = None) -> str:
+    root = os.path.abspath(root or os.getcwd())
+    index = {rule.CODE: i for i, rule in enumerate(RULES)}
+    run = {
+        "tool": {"driver": {
+            "name": "backward-explainer",
+            "semanticVersion": __version__,
+            "informationUri": "https://pypi.org/project/backward-explainer/",
+            "rules": [_rule(rule) for rule in RULES],
+        }},
+        "originalUriBaseIds": {"%SRCROOT%": {"uri": Path(root).as_uri() + "/"}},
+        "columnKind": "unicodeCodePoints",
+        "results": [_result(d, index, root) for d in diagnostics],
+    }
+    return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
+
+
+def _rule(rule) -> dict:
+    summary = rule.__doc__.strip().splitlines()[0].split(":", 1)[1].strip()
+    return {
+        "id": rule.CODE,
+        "name": rule.NAME,
+        "shortDescription": {"text": summary},
+        "fullDescription": {"text": summary},
+        "helpUri": _docs_uri(rule.CODE),
+        "help": {"text": doc_page(rule), "markdown": doc_page(rule)},
+        "defaultConfiguration": {"level": "error"},
+    }
+
+
+def _docs_uri(code: str) -> str:
+    from ..static.module import docs_url
+
+    return docs_url(code)
+
+
+def _artifact(filename: str, root: str) -> dict:
+    absolute = os.path.abspath(filename)
+    relative = os.path.relpath(absolute, root)
+    if relative.startswith(os.pardir):
+        return {"uri": Path(absolute).as_uri()}
+    return {"uri": Path(relative).as_posix(), "uriBaseId": "%SRCROOT%"}
+
+
+def _region(start: Location, end: Location) -> dict:
+    return {"startLine": start.row, "startColumn": start.column, "endLine": end.row, "endColumn": end.column}
+
+
+def _result(diagnostic: Diagnostic, index: dict[str, int], root: str) -> dict:
+    message = diagnostic.message
+    if diagnostic.cell is not None:
+        message = f"cell {diagnostic.cell}, line {diagnostic.location.row}: {message}"
+    result = {
+        "ruleId": diagnostic.code,
+        "ruleIndex": index[diagnostic.code],
+        "level": "error",
+        "message": {"text": message},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": _artifact(diagnostic.filename, root),
+            **({} if diagnostic.cell is not None else
+               {"region": _region(diagnostic.location, diagnostic.end_location)}),
+        }}],
+    }
+    fix = diagnostic.fix
+    if fix is not None and diagnostic.cell is None:
+        result["fixes"] = [{
+            "description": {"text": fix.message},
+            "artifactChanges": [{
+                "artifactLocation": _artifact(filename, root),
+                "replacements": [{"deletedRegion": _region(e.location, e.end_location),
+                                  "insertedContent": {"text": e.content}}
+                                 for e in fix.edits if e.filename == filename],
+            } for filename in dict.fromkeys(e.filename for e in fix.edits)],
+        }]
+    return result

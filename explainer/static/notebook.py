@@ -1,0 +1,164 @@
+"""Jupyter notebooks as one Python module: code cells in order, so state made in one cell and
+used in a later cell's loop is seen, with IPython syntax (magics, `!shell`, `x?`) neutralized.
+
+Each cell follows a boundary comment line, and each IPython-only line becomes a `pass` carrying
+its index, so the module's text can be edited (`--fix`) and split back into cells with the
+original IPython lines restored. Diagnostics are mapped to (cell, row in cell).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+
+from ..model import Edit, Fix, Location
+from .diagnostic import Diagnostic
+
+_BOUNDARY = "# explainer: code cell {number} ({token})\n"
+_BOUNDARY_LINE = re.compile(r"^# explainer: code cell (\d+) \((\w+)\)$")
+_PLACEHOLDER = "{indent}pass  # explainer: ipython line {index} ({token})\n"
+_PLACEHOLDER_LINE = re.compile(r"^(\s*)pass  # explainer: ipython line (\d+) \((\w+)\)$")
+# Cell magics whose body is still Python.
+_PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+
+
+class NotebookError(ValueError):
+    """Not a notebook we can read (bad JSON, not nbformat 4)."""
+
+
+@dataclass
+class Notebook:
+    path: str
+    document: dict
+    code_cells: list[int]  # positions in document["cells"] of the code cells, in order
+    text: str  # the module: every code cell after its boundary line
+    starts: list[int]  # per code cell, the module row of its first line
+    ipython_lines: list[str]
+    token: str
+    ends_with_newline: list[bool]  # per code cell, as stored (Jupyter itself stores none)
+
+    @classmethod
+    def read(cls, path: str, raw: str, hidden: frozenset[int] = frozenset()) -> Notebook:
+        """`hidden`: cell numbers kept out of the module (cells that don't parse)."""
+        try:
+            document = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise NotebookError(f"not a notebook (invalid JSON: {error.msg})") from error
+        cells = document.get("cells") if isinstance(document, dict) else None
+        if not isinstance(cells, list):
+            raise NotebookError("not a notebook (no cells; nbformat 4 is supported)")
+        if (document.get("metadata", {}).get("kernelspec", {}) or {}).get("language", "python") != "python":
+            raise NotebookError("not a Python notebook")
+        token = _token(raw)
+        code_cells = [i for i, c in enumerate(cells) if isinstance(c, dict) and c.get("cell_type") == "code"]
+        parts, starts, ipython_lines, ends_with_newline = [], [], [], []
+        row = 1
+        for number, position in enumerate(code_cells, 1):
+            parts.append(_BOUNDARY.format(number=number, token=token))
+            row += 1
+            starts.append(row)
+            lines = _cell_lines(cells[position])
+            ends_with_newline.append(bool(lines) and lines[-1].endswith("\n"))
+            for line in _neutralized(lines, ipython_lines, token, hide_all=position + 1 in hidden):
+                parts.append(line)
+                row += 1
+        return cls(path, document, code_cells, "".join(parts), starts, ipython_lines, token, ends_with_newline)
+
+    def cell_of(self, row: int) -> tuple[int, int]:
+        """(cell, row within the cell) of a module row. Cells are numbered as the notebook shows
+        them: from 1, markdown cells included."""
+        index = max((i for i, start in enumerate(self.starts) if start <= row), default=0)
+        return self.code_cells[index] + 1, row - self.starts[index] + 1
+
+    def cell_lines(self, cell: int) -> list[str]:
+        """The source lines of the notebook's cell number `cell`, as stored."""
+        return _cell_lines(self.document["cells"][cell - 1])
+
+    def to_cells(self, diagnostic: Diagnostic) -> Diagnostic:
+        cell, row = self.cell_of(diagnostic.location.row)
+        end_cell, end_row = self.cell_of(diagnostic.end_location.row)
+        end = Location(end_row, diagnostic.end_location.column) if end_cell == cell else \
+            Location(row, diagnostic.location.column + 1)
+        fix = diagnostic.fix
+        if fix is not None:
+            fix = Fix(fix.message, tuple(self._edit_to_cells(e) for e in fix.edits), fix.applicability)
+        return replace(diagnostic, location=Location(row, diagnostic.location.column), end_location=end,
+                       fix=fix, cell=cell)
+
+    def _edit_to_cells(self, edit: Edit) -> Edit:
+        cell, row = self.cell_of(edit.location.row)
+        end_cell, end_row = self.cell_of(edit.end_location.row)
+        if end_cell != cell:  # an edit that ends at the start of the next cell's boundary line
+            end_row = len(self.cell_lines(cell)) + 1
+        return replace(edit, location=Location(row, edit.location.column),
+                       end_location=Location(end_row, edit.end_location.column), cell=cell)
+
+    def with_text(self, text: str) -> str:
+        """The notebook's JSON with its code cells replaced from an edited module `text`.
+        Raises NotebookError when the edit moved or removed cell boundaries."""
+        cells: list[list[str]] = []
+        for line in text.splitlines(keepends=True):
+            boundary = _BOUNDARY_LINE.match(line.rstrip("\r\n"))
+            if boundary and boundary.group(2) == self.token:
+                if int(boundary.group(1)) != len(cells) + 1:
+                    raise NotebookError("a fix moved the cell boundaries")
+                cells.append([])
+                continue
+            if not cells:
+                raise NotebookError("a fix wrote before the first cell")
+            placeholder = _PLACEHOLDER_LINE.match(line.rstrip("\r\n"))
+            if placeholder and placeholder.group(3) == self.token:
+                line = self.ipython_lines[int(placeholder.group(2))]
+            cells[-1].append(line)
+        if len(cells) != len(self.code_cells):
+            raise NotebookError("a fix removed a cell boundary")
+        document = json.loads(json.dumps(self.document))
+        for position, lines, newline in zip(self.code_cells, cells, self.ends_with_newline):
+            if lines and lines[-1].endswith("\n") and not newline:
+                lines[-1] = lines[-1][:-1]
+            source = document["cells"][position].get("source")
+            document["cells"][position]["source"] = "".join(lines) if isinstance(source, str) else lines
+        return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+
+
+def _token(raw: str) -> str:
+    """A word that doesn't occur in the notebook, so our marker lines can't be mistaken."""
+    number = 0
+    while f"nb{number}" in raw:
+        number += 1
+    return f"nb{number}"
+
+
+def _cell_lines(cell: dict) -> list[str]:
+    source = cell.get("source", "")
+    text = "".join(source) if isinstance(source, list) else str(source)
+    return text.splitlines(keepends=True)
+
+
+def _neutralized(lines: list[str], ipython_lines: list[str], token: str, hide_all: bool) -> list[str]:
+    """The cell's lines, each ending in a newline, with IPython-only syntax turned into `pass`
+    placeholders. A cell magic that doesn't run Python (`%%bash`, `%%writefile`) hides its cell."""
+    first = lines[0].strip() if lines else ""
+    cell_magic = first.startswith("%%")
+    hide_all = hide_all or cell_magic and (first[2:].split() or [""])[0] not in _PYTHON_CELL_MAGICS
+    out = []
+    for index, line in enumerate(lines):
+        line = line if line.endswith("\n") else line + "\n"
+        text = line.rstrip("\r\n")
+        if hide_all or (index == 0 and cell_magic) or _is_ipython(text):
+            indent = "" if hide_all or index == 0 else text[: len(text) - len(text.lstrip())]
+            ipython_lines.append(line)
+            out.append(_PLACEHOLDER.format(indent=indent, index=len(ipython_lines) - 1, token=token))
+        else:
+            out.append(line)
+    return out
+
+
+def _is_ipython(text: str) -> bool:
+    """Lines IPython transforms: `%magic`, `!shell`, `x = !ls`, `x = %time f()`, `obj?`."""
+    stripped = text.strip()
+    if stripped.startswith(("%", "!")) or (stripped.startswith("?") and len(stripped) > 1):
+        return True
+    if re.match(r"^[\w.]+\s*=\s*[!%]", stripped):
+        return True
+    return stripped.endswith("?") and not stripped.startswith("#") and re.match(r"^[\w.\[\]()]+\?\??$", stripped) is not None
