@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -27,7 +28,17 @@ class Source:
         return len(raw.decode("utf-8", errors="replace")) + 1
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.text, node) or ast.unparse(node)
+        """The source text of `node` (`ast.get_source_segment`, without re-splitting the file)."""
+        end_row = getattr(node, "end_lineno", None)
+        if end_row is None or node.end_col_offset is None:
+            return ast.unparse(node)
+        first = self.lines[node.lineno - 1].encode("utf-8")
+        if node.lineno == end_row:
+            return first[node.col_offset:node.end_col_offset].decode("utf-8", errors="replace")
+        middle = self.lines[node.lineno:end_row - 1]
+        last = self.lines[end_row - 1].encode("utf-8")[:node.end_col_offset]
+        return "".join([first[node.col_offset:].decode("utf-8", errors="replace"), *middle,
+                        last.decode("utf-8", errors="replace")])
 
     def indent_of(self, row: int) -> str:
         line = self.line(row)
@@ -45,7 +56,7 @@ def parse(filename: str, text: str) -> Source:
     """Parse `text` as `filename`; raises SyntaxError / ValueError for code that does not parse."""
     tree = ast.parse(text, filename)
     _link_parents(tree)
-    return Source(filename, text, tuple(text.splitlines(keepends=True)), tree)
+    return Source(filename, text, split_lines(text), tree)
 
 
 @lru_cache(maxsize=64)
@@ -55,13 +66,47 @@ def _parse(filename: str, text: str) -> Source | None:
     except (SyntaxError, ValueError):
         return None
     _link_parents(tree)
-    return Source(filename, text, tuple(text.splitlines(keepends=True)), tree)
+    return Source(filename, text, split_lines(text), tree)
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def split_lines(text: str) -> tuple[str, ...]:
+    """Lines as Python's tokenizer counts them (only \\r, \\n and \\r\\n end a line, unlike
+    str.splitlines), each with its line ending."""
+    return tuple(_LINE.findall(text))
 
 
 def _link_parents(tree: ast.AST) -> None:
-    for node in ast.walk(tree):
-        for child in ast.iter_child_nodes(node):
-            child._parent = node  # type: ignore[attr-defined]
+    """One breadth-first pass (what ast.walk visits, without its generators' cost): every node
+    learns its parent, the module lists all its nodes, and each scope its own nodes."""
+    nodes = [tree]
+    owner_of = {id(tree): tree}
+    own: dict[int, list[ast.AST]] = {id(tree): []}
+    for node in nodes:  # grows while we go
+        owner = node if isinstance(node, _SCOPES) or node is tree else owner_of[id(node)]
+        if owner is node and node is not tree:
+            own[id(node)] = []
+        mine = own[id(owner)]
+        for field in node._fields:
+            value = getattr(node, field, None)
+            children = value if isinstance(value, list) else (value,)
+            for child in children:
+                if isinstance(child, ast.AST):
+                    child._parent = node  # type: ignore[attr-defined]
+                    owner_of[id(child)] = owner
+                    mine.append(child)
+                    nodes.append(child)
+    tree._nodes = tuple(nodes)  # type: ignore[attr-defined]
+    for node in nodes:
+        if id(node) in own:
+            node._own_nodes = tuple(own[id(node)])  # type: ignore[attr-defined]
+
+
+def all_nodes(tree: ast.Module) -> tuple[ast.AST, ...]:
+    """Every node of a parsed module (breadth first, as ast.walk), listed once at parse time."""
+    return cached(tree, "_nodes", lambda: tuple(ast.walk(tree)))
 
 
 def parent(node: ast.AST) -> ast.AST | None:
@@ -121,8 +166,22 @@ def class_named(source: Source, name: str, containing_row: int | None = None) ->
     return best
 
 
-def own_nodes(scope: ast.AST):
+def cached(node: ast.AST, name: str, compute):
+    """`compute()`, remembered on `node` as `name`: the checker asks the same questions of a
+    tree many times, and trees are never changed after parsing."""
+    found = node.__dict__.get(name)
+    if found is None:
+        found = compute()
+        setattr(node, name, found)
+    return found
+
+
+def own_nodes(scope: ast.AST) -> tuple[ast.AST, ...]:
     """Nodes of `scope` without descending into nested defs, lambdas or classes."""
+    return cached(scope, "_own_nodes", lambda: tuple(_own_nodes(scope)))
+
+
+def _own_nodes(scope: ast.AST):
     stack = list(ast.iter_child_nodes(scope))
     while stack:
         node = stack.pop()
@@ -212,17 +271,16 @@ def assignments(scope: ast.AST, expression: str, *, deep: bool = False) -> list[
 def _assignment_index(scope: ast.AST, deep: bool) -> dict[str, list[Assignment]]:
     """Every assignment in `scope` by canonical target, built once per scope (trees are never
     changed after parsing)."""
-    attribute = "_assignments_deep" if deep else "_assignments"
-    index = getattr(scope, attribute, None)
-    if index is None:
-        index = {}
+    def build() -> dict[str, list[Assignment]]:
+        index: dict[str, list[Assignment]] = {}
         for node in ast.walk(scope) if deep else own_nodes(scope):
             for target in targets_of(node):
                 index.setdefault(canonical(target), []).append(Assignment(node, target))
         for found in index.values():
             found.sort(key=lambda a: (a.stmt.lineno, a.stmt.col_offset))
-        setattr(scope, attribute, index)
-    return index
+        return index
+
+    return cached(scope, "_assignments_deep" if deep else "_assignments", build)
 
 
 def appends(scope: ast.AST, container: str, *, deep: bool = False) -> list[ast.Call]:

@@ -303,6 +303,15 @@ CORRECT_CODE = {
                 val_loss = mse_loss(model(x), y)
                 total += val_loss.item()
     """,
+    "two losses over the same leaf tensors, one backward each": """
+        w = torch.randn(3, requires_grad=True)
+        x = torch.rand(3, requires_grad=True).cuda()
+        for batch in loader:
+            loss1 = (batch @ w).sum() + x.sum()
+            loss1.backward()
+            loss2 = (batch @ w).pow(2).sum() + x.sum()
+            loss2.backward()
+    """,
     "counter and step": """
         step = 0
         for x, y in batches:

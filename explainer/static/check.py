@@ -22,6 +22,7 @@ _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+
 _SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache", "build", "dist",
                  ".ipynb_checkpoints"}
 _FIX_PASSES = 8
+_MAY_TRAIN = re.compile(r"backward|forward|autograd")
 
 
 @dataclass
@@ -41,6 +42,9 @@ class Report:
 def check_text(text: str, filename: str, select: Iterable[str] | None = None,
                ignore: Iterable[str] | None = None) -> list[Diagnostic]:
     """Diagnostics for one file's text. Raises SyntaxError/ValueError when it does not parse."""
+    if not _MAY_TRAIN.search(text):
+        ast.parse(text, filename)  # every rule needs a backward call or a module's forward
+        return []
     module = CheckedModule(src.parse(filename, text))
     wanted = [r for r in RULES if _enabled(r.CODE, select, ignore)]
     found = [d for rule in wanted for d in rule.check(module)]

@@ -6,7 +6,7 @@ import ast
 from dataclasses import dataclass
 
 from .. import source as src
-from .training import cuts_history, has_history, is_backward_call, is_module, under_no_grad
+from .training import cuts_history, has_history, is_backward_call, is_leaf_like, is_module, under_no_grad
 
 # Receivers whose attributes are library functions, not values (`torch.cat`, `F.relu`).
 _LIBRARIES = {"torch", "F", "nn", "np", "numpy", "math", "functional"}
@@ -91,10 +91,10 @@ def shared_ancestor(first: Backward, second: Backward, scope: ast.AST) -> Ancest
 
 
 def carries_history(ancestor: Ancestor, scope: ast.AST) -> bool:
-    """The source shows the assigned value has a graph: a module call, a parameter, or a value
-    computed from one (made outside `no_grad`)."""
+    """The source shows the assigned value has a graph of its own: a module call, or a value
+    computed from a parameter (made outside `no_grad`; a leaf itself has nothing to free)."""
     value = ancestor.value
-    return value is not None and not under_no_grad(ancestor.stmt) \
+    return value is not None and not under_no_grad(ancestor.stmt) and not is_leaf_like(value) \
         and has_history(value, scope, ancestor.line, strict=True)
 
 
@@ -150,8 +150,12 @@ class Backward:
                    for k in self.call.keywords if k.arg in ("retain_graph", "create_graph"))
 
 
-def backward_calls(scope: ast.AST) -> list[Backward]:
+def backward_calls(scope: ast.AST) -> tuple[Backward, ...]:
     """The backward calls in `scope` (not in nested defs), in source order."""
+    return src.cached(scope, "_backward_calls", lambda: tuple(_backward_calls(scope)))
+
+
+def _backward_calls(scope: ast.AST) -> list[Backward]:
     found = []
     for node in src.own_nodes(scope):
         if not is_backward_call(node):
@@ -165,10 +169,6 @@ def backward_calls(scope: ast.AST) -> list[Backward]:
             found.append(Backward(node, node.args[0], "grad" if name == "grad" else "backward"))
     found.sort(key=lambda b: (b.call.lineno, b.call.col_offset))
     return found
-
-
-def scopes(tree: ast.Module) -> list[ast.AST]:
-    return [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def same_pass(first: ast.AST, second: ast.AST) -> bool:
@@ -209,7 +209,12 @@ class Step:
         return self.call.lineno
 
 
-def steps(scope: ast.AST) -> list[Step]:
+def steps(scope: ast.AST) -> tuple[Step, ...]:
+    """The optimizer steps in `scope` (not in nested defs), in source order."""
+    return src.cached(scope, "_steps", lambda: tuple(_steps(scope)))
+
+
+def _steps(scope: ast.AST) -> list[Step]:
     found = []
     for node in src.own_nodes(scope):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"):

@@ -29,17 +29,22 @@ class TrainingLoop:
     scope: ast.AST
 
 
-def training_loops(tree: ast.Module) -> list[TrainingLoop]:
+def scopes(tree: ast.Module) -> tuple[ast.AST, ...]:
+    """The module and every function in it."""
+    return src.cached(tree, "_scopes", lambda: (tree, *(n for n in src.all_nodes(tree)
+                                                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))))
+
+
+def training_loops(tree: ast.Module) -> tuple[TrainingLoop, ...]:
     """Loops (for/while, not crossing a def) whose body calls backward or autograd.grad."""
-    found = []
-    scopes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    for scope in scopes:
-        for node in src.own_nodes(scope):
-            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and any(
-                is_backward_call(n) for n in src.own_nodes(node)
-            ):
-                found.append(TrainingLoop(node, scope))
-    return found
+    def find() -> tuple[TrainingLoop, ...]:
+        if not any(is_backward_call(n) for n in src.all_nodes(tree)):
+            return ()
+        return tuple(TrainingLoop(node, scope) for scope in scopes(tree) for node in src.own_nodes(scope)
+                     if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+                     and any(is_backward_call(n) for n in src.own_nodes(node)))
+
+    return src.cached(tree, "_training_loops", find)
 
 
 def under_no_grad(node: ast.AST) -> bool:
@@ -231,7 +236,7 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
                 return True  # `from models import Generator`: the file can't show more
             return any(isinstance(c, ast.ClassDef) and c.name == name
                        and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
-                       for c in ast.walk(root))
+                       for c in src.all_nodes(root))
         return False
     if isinstance(node, ast.Name):
         earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
@@ -271,7 +276,7 @@ def _torch_functions(scope: ast.AST) -> frozenset[str]:
     found = getattr(tree, "_torch_functions", None)
     if found is None:
         found = frozenset(
-            alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            alias.asname or alias.name for node in src.all_nodes(tree) if isinstance(node, ast.ImportFrom)
             and (node.module or "").split(".")[0] == "torch"
             for alias in node.names if (alias.asname or alias.name)[:1].islower())
         tree._torch_functions = found  # type: ignore[attr-defined]
@@ -283,12 +288,25 @@ def _imported_classes(tree: ast.Module) -> frozenset[str]:
     found = getattr(tree, "_imported_classes", None)
     if found is None:
         found = frozenset(
-            alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            alias.asname or alias.name for node in src.all_nodes(tree) if isinstance(node, ast.ImportFrom)
             and not (node.module or "").split(".")[0] in ("torch", "typing", "collections", "dataclasses", "enum", "pathlib")
             for alias in node.names if (alias.asname or alias.name)[:1].isupper()
             and not (alias.asname or alias.name).isupper())
         tree._imported_classes = found  # type: ignore[attr-defined]
     return found
+
+
+# Conversions whose backward saves no tensor: a leaf moved or cast stays as good as a leaf.
+_MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "contiguous", "clone")
+
+
+def is_leaf_like(value: ast.AST) -> bool:
+    """A leaf (`torch.randn(..., requires_grad=True)`, a Parameter), possibly moved or cast
+    (`.cuda()`, `.to(device)`): its graph has nothing a backward could free."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES \
+            and not is_leaf_creation(value):
+        value = value.func.value
+    return is_leaf_creation(value)
 
 
 def is_leaf_creation(value: ast.AST) -> bool:

@@ -102,7 +102,7 @@ def _initial_is_tuple(scope, expression, before) -> bool:
 
 def _module_methods(tree):
     """`forward` of classes that define one: state re-assigned there lives across calls."""
-    for node in ast.walk(tree):
+    for node in src.all_nodes(tree):
         if isinstance(node, ast.ClassDef) and any(
             isinstance(m, ast.FunctionDef) and m.name == "forward" for m in node.body
         ):

@@ -88,7 +88,7 @@ def _before_loops(module) -> Iterator[Diagnostic]:
 
 def _outside_closures(module) -> Iterator[Diagnostic]:
     """Closures handed to `optimizer.step(closure)` (LBFGS) re-run their backward."""
-    for scope in [module.tree, *(n for n in ast.walk(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+    for scope in [module.tree, *(n for n in src.all_nodes(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
         for node in src.own_nodes(scope):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _calls_backward(node) \
                     and _passed_to_step(scope, node.name):
@@ -103,7 +103,7 @@ def _passed_to_step(scope, name: str) -> bool:
 
 
 def _in_init(module) -> Iterator[Diagnostic]:
-    for cls in (n for n in ast.walk(module.tree) if isinstance(n, ast.ClassDef)):
+    for cls in (n for n in src.all_nodes(module.tree) if isinstance(n, ast.ClassDef)):
         methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
         init, forward = methods.get("__init__"), methods.get("forward")
         if init is None or forward is None:

@@ -38,9 +38,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, sum_losses
-from ..dataflow import Ancestor, Backward, backward_calls, modules_called, same_pass, scopes, shared_ancestor, steps
+from ..dataflow import Ancestor, Backward, backward_calls, modules_called, same_pass, shared_ancestor, steps
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
+from ..training import scopes
 
 CODE = "BX006"
 NAME = "shared-graph"

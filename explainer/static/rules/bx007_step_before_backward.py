@@ -49,11 +49,11 @@ from ..dataflow import (
     carries_history,
     modules_called,
     same_pass,
-    scopes,
     steps,
 )
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
+from ..training import scopes
 
 CODE = "BX007"
 NAME = "step-before-backward"

@@ -32,10 +32,10 @@ from collections.abc import Iterator
 
 from ... import source as src
 from ...fixes import undo_cut
-from ..dataflow import Ancestor, ancestors, backward_calls, scopes
+from ..dataflow import Ancestor, ancestors, backward_calls
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import cuts_history, has_history, under_no_grad
+from ..training import cuts_history, has_history, scopes, under_no_grad
 
 CODE = "BX009"
 NAME = "loss-without-history"

@@ -33,9 +33,10 @@ from collections.abc import Iterator
 
 from ... import source as src
 from ...fixes import graph_options
-from ..dataflow import ancestors, backward_calls, same_pass, scopes, shared_ancestor
+from ..dataflow import ancestors, backward_calls, same_pass, shared_ancestor
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
+from ..training import scopes
 
 CODE = "BX010"
 NAME = "grad-frees-graph"
