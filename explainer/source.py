@@ -56,6 +56,7 @@ def parse(filename: str, text: str) -> Source:
     """Parse `text` as `filename`; raises SyntaxError / ValueError for code that does not parse."""
     tree = ast.parse(text, filename)
     _link_parents(tree)
+    tree._filename, tree._text = filename, text  # type: ignore[attr-defined]
     return Source(filename, text, split_lines(text), tree)
 
 
@@ -66,6 +67,7 @@ def _parse(filename: str, text: str) -> Source | None:
     except (SyntaxError, ValueError):
         return None
     _link_parents(tree)
+    tree._filename, tree._text = filename, text  # type: ignore[attr-defined]
     return Source(filename, text, split_lines(text), tree)
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -312,6 +313,22 @@ CORRECT_CODE = {
             loss2 = (batch @ w).pow(2).sum() + x.sum()
             loss2.backward()
     """,
+    "helpers that return a detached state, a number and a no_grad prediction": """
+        rnn = nn.RNNCell(3, 4)
+        def train_step(model, x, hidden):
+            hidden = model(x, hidden)
+            hidden.pow(2).sum().backward()
+            return hidden.detach()
+        def count(step):
+            return step + 1
+        def predict(model, x):
+            with torch.no_grad():
+                return model(x)
+        for x in batches:
+            hidden = train_step(rnn, x, hidden)
+            global_step = count(global_step)
+            smoothed = 0.9 * smoothed + 0.1 * predict(rnn, x)
+    """,
     "counter and step": """
         step = 0
         for x, y in batches:
@@ -356,6 +373,18 @@ BUGGY_CODE = {
             loss.backward(retain_graph=True)
             optimizer.step()
             (out ** 2).mean().backward()
+    """),
+    "state carried through a helper that runs the backward": ("BX001", """
+        rnn = nn.RNNCell(3, 4)
+        def train_step(model, x, hidden):
+            hidden = model(x, hidden)
+            hidden.pow(2).sum().backward()
+            return hidden
+        def count(step):
+            return step + 1
+        for x in batches:
+            hidden = train_step(rnn, x, hidden)
+            global_step = count(global_step)
     """),
     "a prediction detached where it is made": ("BX009", """
         from torch.nn.functional import mse_loss
@@ -573,3 +602,43 @@ def test_sarif_output(tmp_path):
     (diagnostic,) = json.loads(run_check("--format", "json", "samples/gan_fake_reuse.py").stdout)
     text = (ROOT / "samples" / "gan_fake_reuse.py").read_text()
     assert apply_edits(text, edits) == apply_edits(text, edits_from_json(diagnostic["fix"]))
+
+
+def test_jedi_follows_workspace_imports_without_importing_them(tmp_path):
+    marker = tmp_path / "imported"
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'ws'\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "models.py").write_text(textwrap.dedent(f"""
+        import torch.nn as nn
+        open({str(marker)!r}, "w").write("imported")
+        class Base(nn.Module):
+            pass
+        class Net(Base):
+            def forward(self, x):
+                return x
+        def build_model():
+            return Net()
+        def load_data():
+            return [1, 2, 3]
+    """))
+    train = textwrap.dedent("""
+        import torch
+        from pkg.models import build_model as make, load_data
+        model = FACTORY()
+        optimizer = torch.optim.LBFGS(model.parameters())
+        for step in range(3):
+            pred = model(torch.randn(4, 3))
+            def closure():
+                optimizer.zero_grad()
+                loss = (pred - 1).pow(2).mean()
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+    """)
+    (tmp_path / "train.py").write_text(train.replace("FACTORY", "make"))
+    (tmp_path / "data.py").write_text(train.replace("FACTORY", "load_data"))
+    result = run_check("--format", "json", str(tmp_path / "train.py"), str(tmp_path / "data.py"))
+    found = [(Path(d["filename"]).name, d["code"], d["location"]["row"]) for d in json.loads(result.stdout)]
+    assert found == [("train.py", "BX004", 7)]
+    assert not marker.exists()

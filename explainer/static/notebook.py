@@ -49,7 +49,17 @@ class Notebook:
             raise NotebookError("not a notebook (no cells; nbformat 4 is supported)")
         if (document.get("metadata", {}).get("kernelspec", {}) or {}).get("language", "python") != "python":
             raise NotebookError("not a Python notebook")
-        token = _token(raw)
+        return cls._build(path, document, _token(raw), hidden)
+
+    @classmethod
+    def from_sources(cls, path: str, sources: list[str], hidden: frozenset[int] = frozenset()) -> Notebook:
+        """A notebook of code cells only (an editor's notebook document): cell N is `sources[N-1]`."""
+        document = {"cells": [{"cell_type": "code", "source": text} for text in sources], "metadata": {}}
+        return cls._build(path, document, _token("".join(sources)), hidden)
+
+    @classmethod
+    def _build(cls, path: str, document: dict, token: str, hidden: frozenset[int]) -> Notebook:
+        cells = document["cells"]
         code_cells = [i for i, c in enumerate(cells) if isinstance(c, dict) and c.get("cell_type") == "code"]
         parts, starts, ipython_lines, ends_with_newline = [], [], [], []
         row = 1

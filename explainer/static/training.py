@@ -6,6 +6,7 @@ import ast
 from dataclasses import dataclass
 
 from .. import source as src
+from . import jedi_types
 
 # Calls whose result never carries autograd history.
 CUTS = {"detach", "detach_", "item", "tolist", "numpy", "float", "int", "bool", "len", "str", "range",
@@ -36,13 +37,14 @@ def scopes(tree: ast.Module) -> tuple[ast.AST, ...]:
 
 
 def training_loops(tree: ast.Module) -> tuple[TrainingLoop, ...]:
-    """Loops (for/while, not crossing a def) whose body calls backward or autograd.grad."""
+    """Loops (for/while, not crossing a def) whose body calls backward or autograd.grad, itself or
+    through a function of this file."""
     def find() -> tuple[TrainingLoop, ...]:
         if not any(is_backward_call(n) for n in src.all_nodes(tree)):
             return ()
         return tuple(TrainingLoop(node, scope) for scope in scopes(tree) for node in src.own_nodes(scope)
                      if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-                     and any(is_backward_call(n) for n in src.own_nodes(node)))
+                     and any(runs_backward(n) for n in src.own_nodes(node)))
 
     return src.cached(tree, "_training_loops", find)
 
@@ -108,18 +110,32 @@ def live_reads(node: ast.AST, expression: str) -> list[ast.expr]:
     return live
 
 
+@dataclass(frozen=True)
+class _Argument:
+    """A helper's parameter bound to the caller's argument, with the caller's context."""
+
+    value: ast.expr
+    scope: ast.AST
+    before: int
+    ignore: str
+    bindings: dict
+
+
 def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = False, ignore: str = "",
-                depth: int = 0) -> bool:
+                depth: int = 0, bindings: dict | None = None) -> bool:
     """Whether the expression `node` (read at line `before` of `scope`) may carry autograd history,
     not counting `ignore`: a module call, a tensor made with requires_grad=True, a Parameter, or a
     local assigned from one. Function arguments and loop variables count as data. The lenient
     form (a self-referencing state is evidence enough) also takes any unknown call as a possible
-    module; the strict form (values reused across iterations) only trusts what the file shows."""
+    module; the strict form (values reused across iterations) only trusts what the file shows.
+    A call to a function of this file is judged by what it returns (`bindings`: its parameters,
+    bound to the caller's arguments)."""
     if depth > 8 or node is None:
         return False
+    bindings = bindings or {}
 
     def recurse(child, at=before) -> bool:
-        return has_history(child, scope, at, strict=strict, ignore=ignore, depth=depth + 1)
+        return has_history(child, scope, at, strict=strict, ignore=ignore, depth=depth + 1, bindings=bindings)
 
     if isinstance(node, ast.Call):
         if is_leaf_creation(node):
@@ -127,6 +143,9 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         if cuts_history(node):
             return False
         arguments = [*node.args, *(k.value for k in node.keywords)]
+        helper = helper_called(node, scope)
+        if helper is not None:
+            return _returns_history(helper, node, scope, before, strict, ignore, depth, bindings)
         func = node.func
         if is_module(func, scope, before):
             return not _parameter_free(func, scope, before) or any(recurse(a) for a in arguments)
@@ -158,11 +177,66 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         if expression == ignore or (isinstance(node, ast.Attribute) and node.attr == "data"):
             return False
         earlier = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
+        if not earlier and expression in bindings:
+            bound = bindings[expression]
+            return has_history(bound.value, bound.scope, bound.before, strict=strict, ignore=bound.ignore,
+                               depth=depth + 1, bindings=bound.bindings)
         if not earlier or under_no_grad(earlier[-1].stmt):
             return False
         value = src.value_of(earlier[-1].stmt)
         return value is not None and recurse(value, earlier[-1].stmt.lineno)
     return False
+
+
+def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
+    """The function of this file that `call` runs: `train_step(...)` for a module-level def,
+    `self.step(...)` for a method of the enclosing class."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return _module_functions(_module_of(scope)).get(func.id)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        owner = next((a for a in src.ancestors(call) if isinstance(a, ast.ClassDef)), None)
+        if owner is not None:
+            return next((m for m in owner.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and m.name == func.attr), None)
+    return None
+
+
+def runs_backward(node: ast.AST, depth: int = 0) -> bool:
+    """A backward call, or a call to a function of this file that runs one (helpers followed
+    three calls deep)."""
+    if is_backward_call(node):
+        return True
+    if depth >= 3 or not isinstance(node, ast.Call):
+        return False
+    helper = helper_called(node, node)
+    if helper is None:
+        return False
+    return src.cached(helper, "_runs_backward",
+                      lambda: any(runs_backward(n, depth + 1) for n in src.own_nodes(helper)))
+
+
+def _returns_history(helper, call: ast.Call, scope, before, strict, ignore, depth, bindings) -> bool:
+    parameters = [a.arg for a in (*helper.args.posonlyargs, *helper.args.args)]
+    if parameters[:1] == ["self"] and isinstance(call.func, ast.Attribute):
+        parameters = parameters[1:]
+    bound = {name: _Argument(value, scope, before, ignore, bindings) for name, value in zip(parameters, call.args)}
+    bound.update({k.arg: _Argument(k.value, scope, before, ignore, bindings) for k in call.keywords if k.arg})
+    returns = [n for n in src.own_nodes(helper) if isinstance(n, ast.Return) and n.value is not None
+               and not under_no_grad(n)]
+    return any(has_history(r.value, helper, r.lineno + 1, strict=strict, depth=depth + 1, bindings=bound)
+               for r in returns)
+
+
+def _module_of(node: ast.AST) -> ast.AST:
+    while src.parent(node) is not None:
+        node = src.parent(node)
+    return node
+
+
+def _module_functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:
+    return src.cached(tree, "_module_functions", lambda: {
+        n.name: n for n in getattr(tree, "body", []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
 
 
 def operand_reads(node: ast.AST, expression: str) -> list[ast.expr]:
@@ -227,17 +301,17 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         if name.startswith(_MODULE_PREFIXES) and not name.startswith(("nn.functional", "torch.nn.functional",
                                                                       "nn.Parameter", "torch.nn.Parameter")):
             return name.rsplit(".", 1)[-1][:1].isupper()
+        root = _module_of(scope)
         if isinstance(node.func, ast.Name):
-            root = scope
-            while src.parent(root) is not None:
-                root = src.parent(root)
             name = node.func.id
             if name in _imported_classes(root):
-                return True  # `from models import Generator`: the file can't show more
-            return any(isinstance(c, ast.ClassDef) and c.name == name
-                       and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
-                       for c in src.all_nodes(root))
-        return False
+                return True  # `from models import Generator`
+            if any(isinstance(c, ast.ClassDef) and c.name == name
+                   and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
+                   for c in src.all_nodes(root)):
+                return True
+        # `build_model()` imported from the workspace: jedi follows it there.
+        return jedi_types.call_gives_module(root, node.func) is True
     if isinstance(node, ast.Name):
         earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
         value = src.value_of(earlier[-1].stmt) if earlier else None

@@ -1,0 +1,101 @@
+"""What jedi can tell about a name this file imports: does calling it give an `nn.Module`?
+
+`from models import build_model; model = build_model()` hides from the file alone that `model`
+is a module. jedi follows the import through the workspace's own source and infers what the call
+returns; the class it finds is then checked by its bases (`nn.Module`, or a workspace class that
+derives from one). jedi reads source only: the project's sys.path is the workspace, so no
+library is introspected and nothing is imported or run. Without jedi installed, the answer is
+"unknown" and the rules fall back to what the file shows.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from pathlib import Path
+
+from .. import source as src
+
+_PROBE = "__explainer_probe__"
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+# Base classes that make a module, by their last name: torch's, Lightning's, and ours' subclasses.
+_MODULE_BASES = ("Module", "LightningModule", "Sequential", "ModuleList", "ModuleDict")
+
+
+def call_gives_module(tree: ast.Module, callee: ast.expr) -> bool | None:
+    """Whether `callee(...)` returns an nn.Module, when `callee` is imported by this file
+    (None: jedi can't tell, or the file never imported it)."""
+    filename, text = getattr(tree, "_filename", None), getattr(tree, "_text", None)
+    root = callee
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not filename or text is None or not isinstance(root, ast.Name) or root.id not in imported_names(tree) \
+            or _jedi() is None:
+        return None
+    return _call_gives_module(os.path.abspath(filename), text, src.canonical(callee))
+
+
+def imported_names(tree: ast.Module) -> frozenset[str]:
+    return src.cached(tree, "_imported_names", lambda: frozenset(
+        (alias.asname or alias.name).split(".")[0]
+        for node in src.all_nodes(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in node.names if alias.name != "*"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _call_gives_module(filename: str, text: str, callee: str) -> bool | None:
+    code = f"{text}\n{_PROBE} = {callee}()\n{_PROBE}\n"
+    try:
+        script = _jedi().Script(code=code, path=filename, project=_project(os.path.dirname(filename)))
+        found = script.infer(len(code.splitlines()), 1)
+    except Exception:  # noqa: BLE001 - jedi's inference is best effort; the file alone decides
+        return None
+    verdicts = [_is_module_class(d.module_path, d.line) for d in found if d.type == "instance" and d.line]
+    if any(verdicts):
+        return True
+    return False if verdicts else None
+
+
+@functools.lru_cache(maxsize=1)
+def _jedi():
+    """jedi, imported on the first question (it takes a few hundred ms), or None."""
+    try:
+        import jedi
+    except ImportError:
+        return None
+    return jedi
+
+
+@functools.lru_cache(maxsize=64)
+def _project(directory: str):
+    root = Path(directory)
+    for candidate in [root, *root.parents]:
+        if any((candidate / marker).exists() for marker in _ROOT_MARKERS):
+            root = candidate
+            break
+    paths = list(dict.fromkeys([str(root), directory]))
+    return _jedi().Project(str(root), sys_path=paths, smart_sys_path=False, load_unsafe_extensions=False)
+
+
+def _is_module_class(path, line: int, depth: int = 0) -> bool:
+    """The class defined at `path:line` derives from nn.Module, as far as its bases show."""
+    if path is None or depth > 4:
+        return False
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    found = next((c for c in classes.values() if c.lineno == line), None)
+    return found is not None and _derives_from_module(found, classes, depth)
+
+
+def _derives_from_module(cls: ast.ClassDef, classes: dict[str, ast.ClassDef], depth: int) -> bool:
+    for base in cls.bases:
+        name = src.canonical(base).rsplit(".", 1)[-1]
+        if name in _MODULE_BASES:
+            return True
+        if name in classes and classes[name] is not cls and depth < 4 \
+                and _derives_from_module(classes[name], classes, depth + 1):
+            return True
+    return False
