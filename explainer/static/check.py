@@ -113,11 +113,22 @@ def _parseable_notebook(path: Path, raw: str, report: Report, quiet: bool = Fals
 
 
 def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize) -> str:
-    """Apply safe fixes to `text` (a module) until none applies; write `serialize(text)` back
-    to `path` when something changed. Returns what was written (or `serialize(text)`)."""
-    original, fixed = text, 0
+    """Apply safe fixes to `text` (a module); write `serialize(text)` back to `path` when
+    something changed. Returns what was written (or `serialize(text)`)."""
+    fixed_text, fixed = apply_safe_fixes(text, str(path), select, ignore)
+    written = serialize(fixed_text)
+    if fixed_text != text:
+        path.write_text(written, encoding="utf-8")
+        report.fixed += fixed
+    return written
+
+
+def apply_safe_fixes(text: str, filename: str, select=None, ignore=None) -> tuple[str, int]:
+    """`text` with non-overlapping safe fixes applied, pass after pass until none is left (at
+    most a few passes), and how many were applied. Never returns code that does not parse."""
+    fixed = 0
     for _ in range(_FIX_PASSES):
-        fixes = _compatible([d.fix for d in check_text(text, str(path), select, ignore)
+        fixes = _compatible([d.fix for d in check_text(text, filename, select, ignore)
                              if d.fix is not None and d.fix.applicability == "safe"])
         if not fixes:
             break
@@ -125,14 +136,10 @@ def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize) 
         try:
             ast.parse(patched)
         except SyntaxError:
-            break  # never write code that does not parse
+            break
         text = patched
         fixed += len(fixes)
-    written = serialize(text)
-    if text != original:
-        path.write_text(written, encoding="utf-8")
-        report.fixed += fixed
-    return written
+    return text, fixed
 
 
 def _compatible(fixes: list[Fix]) -> list[Fix]:

@@ -1,0 +1,14 @@
+"""`python -m lsp_server [--tcp --port N]`: start the language server (stdio by default)."""
+from __future__ import annotations
+
+from pygls.cli import start_server
+
+from .server import server
+
+
+def main(argv: list[str] | None = None) -> None:
+    start_server(server, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+"""The language server: pygls handlers over `explainer.static.editor`.
+
+Handlers only translate. The checker runs in a worker thread after a short debounce; a newer
+edit cancels the pending check, and a result is published only if its document version is still
+the latest. Positions go through pygls's codec, so columns are in the client's units (UTF-16
+unless the client negotiated another encoding).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from lsprotocol import types
+from pygls import uris
+from pygls.lsp.server import LanguageServer
+from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
+from pygls.workspace.text_document import TextDocument
+
+from explainer import __version__
+from explainer.model import Edit, Location
+from explainer.static import editor
+from explainer.static.diagnostic import Diagnostic
+
+SECTION = "backwardExplainer"
+SOURCE = "backward-explainer"
+FIX_ALL_KIND = types.CodeActionKind.SourceFixAll + ".backward-explainer"
+DEBOUNCE_S = 0.02
+_SEVERITY = {
+    "error": types.DiagnosticSeverity.Error,
+    "warning": types.DiagnosticSeverity.Warning,
+    "information": types.DiagnosticSeverity.Information,
+    "hint": types.DiagnosticSeverity.Hint,
+}
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Checked:
+    """The last diagnostics published for a document or notebook cell."""
+
+    version: int | None
+    diagnostics: list[Diagnostic]
+
+
+class ExplainerServer(LanguageServer):
+    def __init__(self) -> None:
+        super().__init__(
+            SOURCE, __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            notebook_document_sync=types.NotebookDocumentSyncOptions(
+                notebook_selector=[types.NotebookDocumentFilterWithCells(
+                    notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
+                save=True,
+            ),
+        )
+        self.settings = editor.Settings()
+        self.checked: dict[str, Checked] = {}  # by document or cell URI
+        self.pending: dict[str, asyncio.Task] = {}  # by document or notebook URI
+
+    # -- scheduling -----------------------------------------------------------------------------
+
+    def schedule(self, uri: str, delay: float = DEBOUNCE_S) -> None:
+        """Check `uri` (a text document or a notebook) after `delay`, replacing a pending check."""
+        previous = self.pending.pop(uri, None)
+        if previous is not None:
+            previous.cancel()
+        self.pending[uri] = asyncio.get_running_loop().create_task(self._check_later(uri, delay))
+
+    async def _check_later(self, uri: str, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+            notebook = self.workspace.get_notebook_document(notebook_uri=uri)
+            if notebook is not None:
+                await self._check_notebook(notebook)
+            else:
+                await self._check_text(uri)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 - one bad document must not stop the server
+            self.log(types.MessageType.Error, f"checking {uri} failed: {type(error).__name__}: {error}")
+        finally:
+            if self.pending.get(uri) is asyncio.current_task():
+                del self.pending[uri]
+
+    async def _check_text(self, uri: str) -> None:
+        document = self.workspace.text_documents.get(uri)
+        if document is None:
+            return
+        version, text, settings = document.version, document.source, self.settings
+        found = await asyncio.to_thread(editor.check_document, text, document.path or uri, settings)
+        current = self.workspace.text_documents.get(uri)
+        if found is None or current is None or current.version != version:
+            return  # mid-typing syntax error: keep what is shown; or a newer edit wins
+        self.publish(document, found, settings)
+
+    async def _check_notebook(self, notebook: types.NotebookDocument) -> None:
+        cells = [c for c in notebook.cells if c.kind == types.NotebookCellKind.Code]
+        documents = [self.workspace.text_documents.get(c.document) for c in cells]
+        documents = [d for d in documents if d is not None]
+        versions = [d.version for d in documents]
+        settings = self.settings
+        path = uris.to_fs_path(notebook.uri) or notebook.uri
+        found = await asyncio.to_thread(editor.check_cells, [d.source for d in documents], path, settings)
+        latest = [getattr(self.workspace.text_documents.get(d.uri), "version", None) for d in documents]
+        if latest != versions:
+            return  # a cell changed meanwhile: its own check is scheduled
+        for document, diagnostics in zip(documents, found):
+            self.publish(document, diagnostics, settings)
+
+    def publish(self, document: TextDocument, found: list[Diagnostic], settings: editor.Settings) -> None:
+        self.checked[document.uri] = Checked(document.version, found)
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+            uri=document.uri, version=document.version,
+            diagnostics=[to_lsp(document, d, settings) for d in found]))
+
+    def recheck_all(self) -> None:
+        cell_uris = {c.document for nb in self.workspace.notebook_documents.values() for c in nb.cells}
+        for uri in self.workspace.notebook_documents:
+            self.schedule(uri, 0)
+        for uri in self.workspace.text_documents:
+            if uri not in cell_uris:
+                self.schedule(uri, 0)
+
+    def log(self, kind: types.MessageType, message: str) -> None:
+        self.window_log_message(types.LogMessageParams(type=kind, message=message))
+
+    def apply_settings(self, raw, origin: str) -> None:
+        self.settings = editor.Settings.from_client(raw, self.settings)
+        for problem in self.settings.problems:
+            self.log(types.MessageType.Warning, f"{origin}: {problem}; keeping the previous value")
+
+    def diagnostics_at(self, uri: str) -> list[Diagnostic]:
+        checked = self.checked.get(uri)
+        return checked.diagnostics if checked is not None else []
+
+
+# -- translation ------------------------------------------------------------------------------
+
+
+def to_range(document: TextDocument, start: Location, end: Location) -> types.Range:
+    return document.range_to_client_units(ServerTextRange(
+        ServerTextPosition(start.row - 1, start.column - 1), ServerTextPosition(end.row - 1, end.column - 1)))
+
+
+def from_position(document: TextDocument, position: types.Position) -> tuple[int, int]:
+    """A client position as our (row, column), 1-based code points."""
+    server = document.position_from_client_units(position)
+    return server.line + 1, server.character + 1
+
+
+def to_lsp(document: TextDocument, diagnostic: Diagnostic, settings: editor.Settings) -> types.Diagnostic:
+    return types.Diagnostic(
+        range=to_range(document, diagnostic.location, diagnostic.end_location),
+        message=diagnostic.message,
+        severity=_SEVERITY[settings.severity],
+        code=diagnostic.code,
+        code_description=types.CodeDescription(href=diagnostic.url),
+        source=SOURCE,
+    )
+
+
+def text_edit(document: TextDocument, edit: Edit) -> types.TextEdit:
+    return types.TextEdit(range=to_range(document, edit.location, edit.end_location), new_text=edit.content)
+
+
+server = ExplainerServer()
+
+
+@server.feature(types.INITIALIZE)
+def initialize(ls: ExplainerServer, params: types.InitializeParams) -> None:
+    options = params.initialization_options
+    if isinstance(options, dict) and SECTION in options:
+        options = options[SECTION]
+    ls.apply_settings(options, "initializationOptions")
+
+
+@server.feature(types.INITIALIZED)
+async def initialized(ls: ExplainerServer, params: types.InitializedParams) -> None:
+    ls.log(types.MessageType.Info, f"{SOURCE} {__version__} started")
+    await pull_configuration(ls)
+
+
+async def pull_configuration(ls: ExplainerServer) -> None:
+    workspace = ls.client_capabilities.workspace
+    if workspace is None or not workspace.configuration:
+        return
+    try:
+        (raw,) = await ls.workspace_configuration_async(
+            types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)]))
+    except Exception as error:  # noqa: BLE001 - a client that can't answer keeps the defaults
+        ls.log(types.MessageType.Warning, f"workspace/configuration failed: {error}")
+        return
+    ls.apply_settings(raw, "workspace/configuration")
+    ls.recheck_all()
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+async def did_change_configuration(ls: ExplainerServer, params: types.DidChangeConfigurationParams) -> None:
+    settings = params.settings
+    if isinstance(settings, dict) and SECTION in settings:
+        ls.apply_settings(settings[SECTION], "didChangeConfiguration")
+        ls.recheck_all()
+    else:
+        await pull_configuration(ls)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: ExplainerServer, params: types.DidOpenTextDocumentParams) -> None:
+    if ls.workspace.get_notebook_document(cell_uri=params.text_document.uri) is None:
+        ls.schedule(params.text_document.uri, 0)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: ExplainerServer, params: types.DidChangeTextDocumentParams) -> None:
+    notebook = ls.workspace.get_notebook_document(cell_uri=params.text_document.uri)
+    ls.schedule(notebook.uri if notebook is not None else params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: ExplainerServer, params: types.DidSaveTextDocumentParams) -> None:
+    ls.schedule(params.text_document.uri, 0)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: ExplainerServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    pending = ls.pending.pop(uri, None)
+    if pending is not None:
+        pending.cancel()
+    ls.checked.pop(uri, None)
+    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+def notebook_did_open(ls: ExplainerServer, params: types.DidOpenNotebookDocumentParams) -> None:
+    ls.schedule(params.notebook_document.uri, 0)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+def notebook_did_change(ls: ExplainerServer, params: types.DidChangeNotebookDocumentParams) -> None:
+    ls.schedule(params.notebook_document.uri)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+def notebook_did_save(ls: ExplainerServer, params: types.DidSaveNotebookDocumentParams) -> None:
+    ls.schedule(params.notebook_document.uri, 0)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+def notebook_did_close(ls: ExplainerServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    for cell in params.cell_text_documents:
+        ls.checked.pop(cell.uri, None)
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
+
+
+@server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
+    code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=False))
+def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    uri = params.text_document.uri
+    document = ls.workspace.text_documents.get(uri)
+    if document is None:
+        return []  # a document the client never opened: nothing checked, nothing to fix
+    start = from_position(document, params.range.start)
+    end = from_position(document, params.range.end)
+    actions = []
+    wanted = params.context.only
+    if _asked_for(types.CodeActionKind.QuickFix, wanted):
+        for diagnostic in editor.overlapping(ls.diagnostics_at(uri), start, end):
+            if diagnostic.fix is None:
+                continue
+            actions.append(types.CodeAction(
+                title=f"{diagnostic.fix.message} ({diagnostic.code})",
+                kind=types.CodeActionKind.QuickFix,
+                diagnostics=[to_lsp(document, diagnostic, ls.settings)],
+                is_preferred=True,
+                edit=workspace_edit(ls, uri, diagnostic.fix.edits)))
+    if _asked_for(FIX_ALL_KIND, wanted) and ls.workspace.get_notebook_document(cell_uri=uri) is None:
+        fixed = editor.fix_all(document.source, document.path or uri, ls.settings)
+        if fixed is not None:
+            whole = types.Range(start=types.Position(0, 0), end=types.Position(len(document.lines), 0))
+            actions.append(types.CodeAction(
+                title="Fix all backward-explainer problems in this file", kind=FIX_ALL_KIND,
+                edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(range=whole, new_text=fixed)]})))
+    return actions
+
+
+def _asked_for(kind: str, only: list[str] | None) -> bool:
+    """Whether a code action of `kind` passes the client's `only` filter (kinds are
+    hierarchical: `source` admits `source.fixAll.backward-explainer`)."""
+    return not only or any(kind == k or kind.startswith(k + ".") for k in only)
+
+
+def workspace_edit(ls: ExplainerServer, uri: str, edits: tuple[Edit, ...]) -> types.WorkspaceEdit:
+    """Edits for `uri`, or, in a notebook, for the cells they name."""
+    notebook = ls.workspace.get_notebook_document(cell_uri=uri)
+    cell_uris = [c.document for c in notebook.cells if c.kind == types.NotebookCellKind.Code] if notebook else []
+    changes: dict[str, list[types.TextEdit]] = {}
+    for edit in edits:
+        target = cell_uris[edit.cell - 1] if notebook is not None and edit.cell else uri
+        changes.setdefault(target, []).append(text_edit(ls.workspace.get_text_document(target), edit))
+    return types.WorkspaceEdit(changes=changes)
+
+
+@server.feature(types.TEXT_DOCUMENT_HOVER)
+def hover(ls: ExplainerServer, params: types.HoverParams) -> types.Hover | None:
+    uri = params.text_document.uri
+    document = ls.workspace.text_documents.get(uri)
+    if document is None or not ls.diagnostics_at(uri):
+        return None
+    at = from_position(document, params.position)
+    found = editor.overlapping(ls.diagnostics_at(uri), at, at)
+    if not found:
+        return None
+    return types.Hover(
+        contents=types.MarkupContent(kind=types.MarkupKind.Markdown,
+                                     value="\n\n---\n\n".join(editor.hover_markdown(d) for d in found)),
+        range=to_range(document, found[0].location, found[0].end_location))
