@@ -1,12 +1,16 @@
 """`python -m lsp_server [--tcp --port N]`: start the language server (stdio by default)."""
 from __future__ import annotations
 
+import gc
+
 from pygls.cli import start_server
 
 from .server import server
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Everything imported so far lives as long as the server: keep the collector off it.
+    gc.freeze()
     start_server(server, argv)
 
 

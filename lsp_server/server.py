@@ -25,7 +25,7 @@ from explainer.static.diagnostic import Diagnostic
 SECTION = "backwardExplainer"
 SOURCE = "backward-explainer"
 FIX_ALL_KIND = types.CodeActionKind.SourceFixAll + ".backward-explainer"
-DEBOUNCE_S = 0.02
+DEBOUNCE_S = 0.005
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,

@@ -47,8 +47,11 @@ def check_text(text: str, filename: str, select: Iterable[str] | None = None,
         return []
     module = CheckedModule(src.parse(filename, text))
     wanted = [r for r in RULES if _enabled(r.CODE, select, ignore)]
-    found = [d for rule in wanted for d in rule.check(module)]
-    found = [d for d in found if not _suppressed(d, module.source)]
+    try:
+        found = [d for rule in wanted for d in rule.check(module)]
+        found = [d for d in found if not _suppressed(d, module.source)]
+    finally:
+        src.dispose(module.tree)  # diagnostics are plain data: nothing refers to the tree now
     unique = {(d.code, d.location, d.end_location): d for d in found}
     return sorted(unique.values(), key=lambda d: (d.location.row, d.location.column, d.code))
 

@@ -25,26 +25,55 @@ _MODULE_BASES = ("Module", "LightningModule", "Sequential", "ModuleList", "Modul
 def call_gives_module(tree: ast.Module, callee: ast.expr) -> bool | None:
     """Whether `callee(...)` returns an nn.Module, when `callee` is imported by this file
     (None: jedi can't tell, or the file never imported it)."""
-    filename, text = getattr(tree, "_filename", None), getattr(tree, "_text", None)
+    filename = getattr(tree, "_filename", None)
     root = callee
     while isinstance(root, ast.Attribute):
         root = root.value
-    if not filename or text is None or not isinstance(root, ast.Name) or root.id not in imported_names(tree) \
-            or _jedi() is None:
+    if not filename or not isinstance(root, ast.Name):
         return None
-    return _call_gives_module(os.path.abspath(filename), text, src.canonical(callee))
+    filename = os.path.abspath(filename)
+    importing = workspace_imports(tree, filename).get(root.id)
+    if importing is None or _jedi() is None:
+        return None
+    return _call_gives_module(filename, importing, src.canonical(callee))
 
 
-def imported_names(tree: ast.Module) -> frozenset[str]:
-    return src.cached(tree, "_imported_names", lambda: frozenset(
-        (alias.asname or alias.name).split(".")[0]
-        for node in src.all_nodes(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-        for alias in node.names if alias.name != "*"))
+def workspace_imports(tree: ast.Module, filename: str) -> dict[str, str]:
+    """Names this file imports from the workspace's own modules (not from installed packages),
+    each with the import statement that binds it."""
+    def find() -> dict[str, str]:
+        found = {}
+        for node in src.all_nodes(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else None
+            for alias in node.names:
+                target = module if module is not None else alias.name
+                relative = isinstance(node, ast.ImportFrom) and node.level > 0
+                if alias.name != "*" and (relative or _in_workspace(target, filename)):
+                    found[(alias.asname or alias.name).split(".")[0]] = ast.unparse(node)
+        return found
+
+    return src.cached(tree, "_workspace_imports", find)
+
+
+def _in_workspace(module: str, filename: str) -> bool:
+    """`module` is a file or package of the project `filename` belongs to."""
+    relative = Path(*module.split(".")) if module else None
+    if relative is None:
+        return False
+    directory = Path(filename).parent
+    for base in dict.fromkeys([directory, _project_root(str(directory))]):
+        if (base / relative).with_suffix(".py").is_file() or (base / relative / "__init__.py").is_file():
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=1024)
-def _call_gives_module(filename: str, text: str, callee: str) -> bool | None:
-    code = f"{text}\n{_PROBE} = {callee}()\n{_PROBE}\n"
+def _call_gives_module(filename: str, importing: str, callee: str) -> bool | None:
+    """Only the import is given to jedi: what the call returns depends on the imported module,
+    not on the rest of the file (and a tiny script keeps each question fast and cacheable)."""
+    code = f"{importing}\n{_PROBE} = {callee}()\n{_PROBE}\n"
     try:
         script = _jedi().Script(code=code, path=filename, project=_project(os.path.dirname(filename)))
         found = script.infer(len(code.splitlines()), 1)
@@ -66,13 +95,16 @@ def _jedi():
     return jedi
 
 
+@functools.lru_cache(maxsize=256)
+def _project_root(directory: str) -> Path:
+    """The nearest folder above `directory` that looks like a project root (or `directory`)."""
+    start = Path(directory)
+    return next((c for c in [start, *start.parents] if any((c / m).exists() for m in _ROOT_MARKERS)), start)
+
+
 @functools.lru_cache(maxsize=64)
 def _project(directory: str):
-    root = Path(directory)
-    for candidate in [root, *root.parents]:
-        if any((candidate / marker).exists() for marker in _ROOT_MARKERS):
-            root = candidate
-            break
+    root = _project_root(directory)
     paths = list(dict.fromkeys([str(root), directory]))
     return _jedi().Project(str(root), sys_path=paths, smart_sys_path=False, load_unsafe_extensions=False)
 

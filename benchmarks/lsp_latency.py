@@ -1,0 +1,163 @@
+#!/usr/bin/env python
+"""Language-server latency: didChange to publishDiagnostics (p50, p95) on 100-, 2,000- and
+10,000-line files, and start-up time, in one run.
+
+    .venv/bin/python benchmarks/lsp_latency.py            # 60 edits per size, 5 start-ups
+    .venv/bin/python benchmarks/lsp_latency.py --quick    # 15 edits, 2 start-ups
+
+The client here speaks JSON-RPC over the server's stdio, as an editor does. Each edit changes one
+line and waits for the diagnostics of that document version; the time includes the server's
+debounce (lsp_server.server.DEBOUNCE_S), the check and both directions of the pipe. Start-up is
+the time from spawning `python -m lsp_server` to the `initialize` response.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+SIZES = (100, 2000, 10000)
+TARGET_P95_MS_AT_2000 = 100.0
+TARGET_STARTUP_S = 1.0
+
+
+class Server:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+        self.messages: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        stream = self.process.stdout
+        while True:
+            length = None
+            while True:
+                line = stream.readline()
+                if not line:
+                    return
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+                if line in (b"\r\n", b"\n"):
+                    break
+            self.messages.put((time.perf_counter(), json.loads(stream.read(length))))
+
+    def send(self, message: dict) -> float:
+        body = json.dumps(message).encode()
+        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.process.stdin.flush()
+        return time.perf_counter()
+
+    def wait_for(self, accept, timeout: float = 60.0) -> tuple[float, dict]:
+        deadline = time.monotonic() + timeout
+        while True:
+            at, message = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
+            if accept(message):
+                return at, message
+
+    def initialize(self) -> float:
+        self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"processId": None, "rootUri": ROOT.as_uri(), "capabilities": {}}})
+        at, _ = self.wait_for(lambda m: m.get("id") == 1)
+        self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        return at - self.started
+
+    def close(self) -> None:
+        self.send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
+        self.send({"jsonrpc": "2.0", "method": "exit"})
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def training_file(lines: int) -> str:
+    """A file of about `lines` lines: helpers, modules and one buggy training loop at the end."""
+    sample = (ROOT / "samples" / "rnn_hidden_chunks.py").read_text()
+    block = ("class Block{n}(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+             "        self.fc = torch.nn.Linear(4, 4)\n\n    def forward(self, x):\n"
+             "        return torch.relu(self.fc(x)) + x\n\n\n")
+    parts, count, n = ["import torch\n\n"], 2, 0
+    budget = lines - len(sample.splitlines())
+    while count + 9 <= budget:
+        parts.append(block.format(n=n))
+        count, n = count + 9, n + 1
+    parts.append(sample)
+    return "".join(parts)
+
+
+def measure(server: Server, size: int, edits: int) -> dict:
+    text = training_file(size)
+    uri = (ROOT / "benchmarks" / "results" / f"lsp_{size}.py").as_uri()
+    server.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+        "uri": uri, "languageId": "python", "version": 1, "text": text}}})
+    server.wait_for(lambda m: m.get("method") == "textDocument/publishDiagnostics"
+                    and m["params"]["uri"] == uri and m["params"].get("version") == 1)
+    last = len(text.splitlines())
+    latencies = []
+    for version in range(2, edits + 2):
+        change = {"range": {"start": {"line": last, "character": 0}, "end": {"line": last, "character": 0}},
+                  "text": f"# edit {version}\n" if version % 2 == 0 else ""}
+        if version % 2:  # remove the line the previous edit added
+            change["range"] = {"start": {"line": last, "character": 0}, "end": {"line": last + 1, "character": 0}}
+        sent = server.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": uri, "version": version}, "contentChanges": [change]}})
+        at, message = server.wait_for(lambda m, v=version: m.get("method") == "textDocument/publishDiagnostics"
+                                      and m["params"]["uri"] == uri and m["params"].get("version") == v)
+        assert [d["code"] for d in message["params"]["diagnostics"]] == ["BX001"], message
+        latencies.append((at - sent) * 1000)
+    latencies.sort()
+    return {"lines": len(text.splitlines()), "edits": edits, "p50_ms": statistics.median(latencies),
+            "p95_ms": latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))],
+            "max_ms": latencies[-1]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, default=RESULTS / "lsp_latency.json")
+    options = parser.parse_args(argv)
+    edits, startups = (15, 2) if options.quick else (60, 5)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+
+    startup_times = []
+    for _ in range(startups):
+        server = Server()
+        startup_times.append(server.initialize())
+        server.close()
+    server = Server()
+    server.initialize()
+    results = {"startup_s": {"median": statistics.median(startup_times), "max": max(startup_times),
+                             "runs": startups}, "sizes": {}}
+    try:
+        for size in SIZES:
+            results["sizes"][str(size)] = measure(server, size, edits)
+            print(f"[lsp] {size} lines done", file=sys.stderr)
+    finally:
+        server.close()
+
+    print(f"\nLanguage server latency, didChange -> publishDiagnostics ({edits} edits per size)")
+    print(f"{'lines':>7} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+    for entry in results["sizes"].values():
+        print(f"{entry['lines']:>7} {entry['p50_ms']:8.1f} {entry['p95_ms']:8.1f} {entry['max_ms']:8.1f}")
+    p95 = results["sizes"]["2000"]["p95_ms"]
+    startup = results["startup_s"]["median"]
+    print(f"\nstart-up (spawn to initialize response): median {startup:.2f} s, max {results['startup_s']['max']:.2f} s "
+          f"(target <= {TARGET_STARTUP_S:.0f} s: {'met' if startup <= TARGET_STARTUP_S else 'missed'})")
+    print(f"p95 at 2,000 lines: {p95:.1f} ms (target <= {TARGET_P95_MS_AT_2000:.0f} ms: "
+          f"{'met' if p95 <= TARGET_P95_MS_AT_2000 else 'missed'})")
+    options.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Real editors as LSP clients: headless Neovim (Debian's 0.7.2) attaches the server to a buffer,
+shows the samples' diagnostics at their culprit lines, and applies the quick fix itself."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import manifest
+from conftest import ROOT
+
+NVIM = shutil.which("nvim")
+SAMPLES = {s.name: s for s in manifest.samples()}
+
+
+@pytest.mark.skipif(NVIM is None, reason="needs nvim (scripts/setup.sh installs Debian's neovim)")
+@pytest.mark.parametrize("name, code", [("rnn_hidden_chunks", "BX001"), ("gan_fake_reuse", "BX006")])
+def test_neovim_shows_the_diagnostic_and_applies_the_quick_fix(tmp_path, name, code):
+    sample = SAMPLES[name]
+    script = tmp_path / f"{name}.py"
+    shutil.copy(sample.path, script)
+    out = tmp_path / "report.txt"
+    env = {**os.environ, "EXPLAINER_PYTHON": sys.executable, "EXPLAINER_OUT": str(out)}
+    subprocess.run([NVIM, "--headless", "--clean", "-c", f"luafile {ROOT / 'tests' / 'editors' / 'nvim_check.lua'}",
+                    str(script)], cwd=tmp_path, env=env, timeout=120, check=True, capture_output=True)
+    report = out.read_text().splitlines()
+    before = [line for line in report if line.startswith("before ")]
+    assert any(line.startswith(f"before {sample.culprit_row}:") and line.endswith(f" {code} backward-explainer")
+               for line in before), report
+    assert any(line.startswith("applied ") for line in report), report
+    assert not [line for line in report if line.startswith(f"after {sample.culprit_row}:") and f" {code} " in line]
+    # Neovim wrote the fix into the buffer; the file on disk is unchanged.
+    assert script.read_text() == sample.path.read_text()
