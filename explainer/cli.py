@@ -115,6 +115,9 @@ def run(script: str, args: list[str], json_out: str | None) -> int:
         findings.append(explained)
     error = None
     _write_json(json_out, findings)
+    from . import handoff
+
+    handoff.publish(os.path.abspath(script), findings, where=os.path.dirname(os.path.abspath(script)))
     return code
 
 

@@ -7,6 +7,7 @@ explainer` restores the previous handler.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from .render.text import RULE
@@ -23,6 +24,7 @@ def load(ip) -> None:
     _saved[id(ip)] = (ip.CustomTB, ip.custom_exceptions)
     ip.set_custom_exc((RuntimeError,), _handle)
     ip.register_magic_function(_explain_magic, "line", "explain")
+    ip.events.register("post_run_cell", _clear_when_it_runs_clean)
 
 
 def unload(ip) -> None:
@@ -32,6 +34,10 @@ def unload(ip) -> None:
     if saved is not None:
         ip.CustomTB, ip.custom_exceptions = saved
     ip.magics_manager.magics["line"].pop("explain", None)
+    try:
+        ip.events.unregister("post_run_cell", _clear_when_it_runs_clean)
+    except ValueError:
+        pass
     hooks.uninstall()
 
 
@@ -45,12 +51,41 @@ def _handle(shell, etype, value, tb, tb_offset=None):
         return None
     try:
         shell._get_exc_info((etype, value, tb))  # sets sys.last_* so %tb and %debug work
+        _hand_off(finding)
         _show(shell, finding, value, tb, tb_offset)
     except Exception as internal:  # noqa: BLE001
         print(f"[explainer] could not display the explanation ({type(internal).__name__}: "
               f"{internal}); showing the error as usual.", file=sys.stderr)
         shell.showtraceback(running_compiled_code=True)
     return None
+
+
+# The backward line of the finding handed to the editor, to clear it once that code runs clean.
+_handed_off: dict[str, str] = {}
+
+
+def _run_id() -> str:
+    return f"ipython:{os.getpid()}"
+
+
+def _hand_off(finding) -> None:
+    from . import handoff
+
+    if handoff.publish(_run_id(), [finding]) is not None and finding.backward is not None:
+        _handed_off[_run_id()] = finding.backward.code.strip()
+
+
+def _clear_when_it_runs_clean(result) -> None:
+    """A cell that ran without error through the line that failed clears the editor's finding."""
+    line = _handed_off.get(_run_id())
+    if not line or not result.success:
+        return
+    source = getattr(result.info, "raw_cell", "") or ""
+    if line in source:
+        from . import handoff
+
+        handoff.publish(_run_id(), [])
+        _handed_off.pop(_run_id(), None)
 
 
 def _show(shell, finding, value, tb, tb_offset) -> None:

@@ -82,7 +82,8 @@ class Finding:
             "severity": self.severity,
             "message": self.message,
             "culprits": [
-                {"name": c.name, "filename": c.filename, "location": asdict(c.location), "role": c.role}
+                {"name": c.name, "filename": c.filename, "location": asdict(c.location), "role": c.role,
+                 "source_line": c.source_line}
                 for c in self.culprits
             ],
             "fixes": [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 
 from lsprotocol import types
@@ -17,7 +18,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 from pygls.workspace.text_document import TextDocument
 
-from explainer import __version__
+from explainer import __version__, handoff
 from explainer.model import Edit, Location
 from explainer.static import editor
 from explainer.static.diagnostic import Diagnostic
@@ -26,6 +27,7 @@ SECTION = "backwardExplainer"
 SOURCE = "backward-explainer"
 FIX_ALL_KIND = types.CodeActionKind.SourceFixAll + ".backward-explainer"
 DEBOUNCE_S = 0.005
+FINDINGS_POLL_S = 0.5
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
@@ -57,6 +59,9 @@ class ExplainerServer(LanguageServer):
         self.settings = editor.Settings()
         self.checked: dict[str, Checked] = {}  # by document or cell URI
         self.pending: dict[str, asyncio.Task] = {}  # by document or notebook URI
+        self.runtime_entries: list[dict] = []  # from explainer.handoff's findings files
+        self.findings_seen: dict[str, float | None] = {}  # findings file -> mtime last read
+        self.watcher: asyncio.Task | None = None
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -88,10 +93,12 @@ class ExplainerServer(LanguageServer):
         if document is None:
             return
         version, text, settings = document.version, document.source, self.settings
-        found = await asyncio.to_thread(editor.check_document, text, document.path or uri, settings)
+        path = document.path or uri
+        found = await asyncio.to_thread(editor.check_document, text, path, settings)
         current = self.workspace.text_documents.get(uri)
         if found is None or current is None or current.version != version:
             return  # mid-typing syntax error: keep what is shown; or a newer edit wins
+        found = found + editor.runtime_diagnostics(self.runtime_entries, path, text)
         self.publish(document, found, settings)
 
     async def _check_notebook(self, notebook: types.NotebookDocument) -> None:
@@ -105,8 +112,9 @@ class ExplainerServer(LanguageServer):
         latest = [getattr(self.workspace.text_documents.get(d.uri), "version", None) for d in documents]
         if latest != versions:
             return  # a cell changed meanwhile: its own check is scheduled
-        for document, diagnostics in zip(documents, found):
-            self.publish(document, diagnostics, settings)
+        runtime = editor.runtime_cell_diagnostics(self.runtime_entries, [d.source for d in documents], path)
+        for document, diagnostics, from_runs in zip(documents, found, runtime):
+            self.publish(document, diagnostics + from_runs, settings)
 
     def publish(self, document: TextDocument, found: list[Diagnostic], settings: editor.Settings) -> None:
         self.checked[document.uri] = Checked(document.version, found)
@@ -122,6 +130,24 @@ class ExplainerServer(LanguageServer):
             if uri not in cell_uris:
                 self.schedule(uri, 0)
 
+    async def watch_findings(self, interval: float = FINDINGS_POLL_S) -> None:
+        """Re-read the runtime findings files of the open projects when they change, and
+        re-publish: a script explained at runtime shows its finding in the editor."""
+        while True:
+            roots = {handoff.project_root(p) for p in self.project_paths()}
+            files = {str(root / handoff.FILE) for root in roots}
+            stamps = {f: _mtime(f) for f in files}
+            if stamps != {f: self.findings_seen.get(f) for f in files}:
+                self.findings_seen.update(stamps)
+                self.runtime_entries = [e for f in sorted(files) for e in handoff.read(f)]
+                self.recheck_all()
+            await asyncio.sleep(interval)
+
+    def project_paths(self) -> list[str]:
+        folders = [uris.to_fs_path(f.uri) for f in self.workspace.folders.values()]
+        documents = [d.path for d in self.workspace.text_documents.values() if d.path]
+        return [p for p in [*folders, *documents] if p]
+
     def log(self, kind: types.MessageType, message: str) -> None:
         self.window_log_message(types.LogMessageParams(type=kind, message=message))
 
@@ -133,6 +159,13 @@ class ExplainerServer(LanguageServer):
     def diagnostics_at(self, uri: str) -> list[Diagnostic]:
         checked = self.checked.get(uri)
         return checked.diagnostics if checked is not None else []
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
 
 
 # -- translation ------------------------------------------------------------------------------
@@ -178,6 +211,7 @@ def initialize(ls: ExplainerServer, params: types.InitializeParams) -> None:
 @server.feature(types.INITIALIZED)
 async def initialized(ls: ExplainerServer, params: types.InitializedParams) -> None:
     ls.log(types.MessageType.Info, f"{SOURCE} {__version__} started")
+    ls.watcher = asyncio.get_running_loop().create_task(ls.watch_findings())
     await pull_configuration(ls)
 
 

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from kernel_session import Kernel, strip_ansi
+from explainer import handoff
+from explainer.static import editor
+from kernel_session import ROOT, Kernel, strip_ansi
 
 pytestmark = pytest.mark.kernel
 
@@ -100,3 +103,26 @@ def test_post_mortem_explain_after_loading_late():
         assert "likely" in html
     finally:
         session.close()
+
+
+def test_a_cell_explained_in_the_kernel_reaches_the_editor_and_clears_once_fixed(kernel):
+    findings = Path(ROOT) / ".explainer" / "findings.json"
+    assert kernel.run("%load_ext explainer").status == "ok"
+    pid = int(kernel.run("import os; print(os.getpid())").text().strip())
+    assert kernel.run(RNN_CELL).status == "error"
+    (entry,) = [e for e in handoff.read(findings) if e["run"] == f"ipython:{pid}"]
+    (cell_source,) = entry["cells"].values()
+    assert cell_source.strip() == RNN_CELL.strip()
+    # The editor's notebook has that cell (and another); the finding lands on its culprit line.
+    other = "import math"
+    per_cell = editor.runtime_cell_diagnostics([entry], [other, RNN_CELL], "notebook.ipynb")
+    assert per_cell[0] == []
+    (diagnostic,) = per_cell[1]
+    culprit_row = RNN_CELL.splitlines().index("    out, hidden = model(torch.randn(2, 4, 3), hidden)") + 1
+    assert (diagnostic.code, diagnostic.cell, diagnostic.location.row) == ("second-backward", 2, culprit_row)
+    # Edited in the editor: the finding no longer matches its line.
+    edited = RNN_CELL.replace("model(torch.randn(2, 4, 3), hidden)", "model(torch.randn(2, 4, 3), hidden.detach())")
+    assert editor.runtime_cell_diagnostics([entry], [edited], "notebook.ipynb") == [[]]
+    # Run clean in the kernel: the entry is gone.
+    assert kernel.run(edited).status == "ok"
+    assert not [e for e in handoff.read(findings) if e["run"] == f"ipython:{pid}"]

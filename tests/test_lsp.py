@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -326,3 +328,42 @@ def test_jupyterlab_lsp_discovers_the_spec():
     assert spec is not None and spec["languages"] == ["python"] and spec["version"] == 2
     assert spec["argv"][1:] == ["-m", "lsp_server"]
     json.dumps(spec)
+
+
+async def test_a_script_explained_at_runtime_shows_its_finding_until_it_runs_clean(client, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    sample = SAMPLES["rnn_hidden_chunks"]
+    script = tmp_path / "train.py"
+    script.write_text(sample.path.read_text())
+    shutil.copy(ROOT / "samples" / "_device.py", tmp_path / "_device.py")
+    uri = open_file(client, script)
+    await published(client, uri, 1)
+    env = {**os.environ, "EXPLAINER_HANDOFF": "1"}
+    ran = subprocess.run([sys.executable, "-m", "explainer", "run", str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1 and (tmp_path / ".explainer" / "findings.json").exists()
+
+    def runtime():
+        return [d for d in client.diagnostics.get(uri, []) if d.code == "second-backward"]
+
+    deadline = time.monotonic() + 20
+    while not runtime() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    (finding,) = runtime()
+    assert finding.range.start.line == sample.culprit_row - 1 and "hidden" in finding.message
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=finding.range,
+        context=types.CodeActionContext(diagnostics=[finding], only=[types.CodeActionKind.QuickFix])))
+    runtime_fix = [a for a in actions if a.diagnostics and a.diagnostics[0].code == "second-backward"]
+    assert runtime_fix and "detach" in apply_text_edits(script.read_text(), runtime_fix[0].edit.changes[uri])
+
+    # The user fixes the script on disk and runs it again: the entry goes, and so does the finding.
+    fixed = apply_text_edits(script.read_text(), runtime_fix[0].edit.changes[uri])
+    script.write_text(fixed)
+    ran = subprocess.run([sys.executable, "-m", "explainer", "run", str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    deadline = time.monotonic() + 20
+    while runtime() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not runtime()

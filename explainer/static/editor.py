@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import ast
 import gc
+import os
 from collections.abc import Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from ..model import Fix, Location, edits_from_json
 from .check import apply_safe_fixes, check_text
 from .diagnostic import Diagnostic
+from .module import DOCS
 from .notebook import Notebook
 from .rules import BY_CODE
+
+RUNTIME_DOCS = (DOCS / "runtime.md").as_uri()
 
 SEVERITIES = ("error", "warning", "information", "hint")
 
@@ -123,8 +128,73 @@ def fix_all(text: str, path: str, settings: Settings) -> str | None:
     return fixed if count else None
 
 
+def runtime_diagnostics(entries: list[dict], path: str, text: str) -> list[Diagnostic]:
+    """The runtime findings (`explainer.handoff` entries) whose culprit is in the file `path`,
+    as diagnostics on `text`, while the culprit's line still reads as it did when it ran."""
+    lines = text.splitlines()
+    found = []
+    for finding in _findings(entries):
+        for culprit in finding.get("culprits", [])[:1]:
+            if os.path.abspath(culprit.get("filename", "")) == os.path.abspath(path):
+                found.extend(_runtime_diagnostic(finding, culprit, lines, path, None))
+    return found
+
+
+def runtime_cell_diagnostics(entries: list[dict], sources: list[str], path: str) -> list[list[Diagnostic]]:
+    """The same for a notebook's code cells: a finding from a kernel cell lands on the open cell
+    whose text is that cell's source (so it goes away once the cell is edited)."""
+    found: list[list[Diagnostic]] = [[] for _ in sources]
+    for entry in entries:
+        cells = entry.get("cells") or {}
+        for finding in _findings([entry]):
+            for culprit in finding.get("culprits", [])[:1]:
+                executed = cells.get(culprit.get("filename"))
+                if executed is None:
+                    continue
+                for index, source in enumerate(sources):
+                    if source.strip() == executed.strip():
+                        # IPython drops a cell's leading blank lines before running it.
+                        shift = _leading_blank_lines(source) - _leading_blank_lines(executed)
+                        found[index].extend(_runtime_diagnostic(finding, culprit, source.splitlines(), path,
+                                                                index + 1, shift))
+    return found
+
+
+def _leading_blank_lines(text: str) -> int:
+    lines = text.splitlines()
+    return next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+
+
+def _findings(entries: list[dict]) -> list[dict]:
+    return [f for e in entries for f in e.get("findings", []) if isinstance(f, dict)]
+
+
+def _runtime_diagnostic(finding: dict, culprit: dict, lines: list[str], path: str, cell: int | None, shift: int = 0):
+    row, column = culprit["location"]["row"] + shift, culprit["location"]["column"]
+    line = lines[row - 1] if 0 < row <= len(lines) else None
+    if line is None or line.strip() != (culprit.get("source_line") or "").strip():
+        return []  # the line changed since the run: the finding no longer describes it
+    name = culprit.get("name", "")
+    end = column + len(name) if line[column - 1:column - 1 + len(name)] == name else len(line) + 1
+    fixes = finding.get("fixes") or []
+    fix = None
+    if fixes and all(os.path.abspath(e.get("filename", path)) == os.path.abspath(path) or cell is not None
+                     for e in fixes[0]["edits"]):
+        fix = Fix(fixes[0]["message"], tuple(
+            replace(e, filename=path, cell=cell, location=Location(e.location.row + shift, e.location.column),
+                    end_location=Location(e.end_location.row + shift, e.end_location.column))
+            for e in edits_from_json(fixes[0], path)), fixes[0]["applicability"])
+    return [Diagnostic(finding["kind"], f"{finding['message']} (explained when it ran)", path,
+                       Location(row, column), Location(row, end), fix, RUNTIME_DOCS, cell)]
+
+
 def hover_markdown(diagnostic: Diagnostic) -> str:
     """What a hover on the diagnostic shows: the finding, its fix, and why the pattern breaks."""
+    if diagnostic.code not in BY_CODE:  # a runtime finding: its message says everything
+        parts = [f"**{diagnostic.code}** (runtime): {diagnostic.message}"]
+        if diagnostic.fix is not None:
+            parts.append(f"**Fix**: {diagnostic.fix.message}.")
+        return "\n\n".join([*parts, f"[runtime findings]({diagnostic.url})"])
     rule = BY_CODE[diagnostic.code]
     parts = [f"**{diagnostic.code} {rule.NAME}**: {diagnostic.message}"]
     if diagnostic.fix is not None:
