@@ -1,11 +1,13 @@
-"""Real editors as LSP clients: headless Neovim (Debian's 0.7.2) attaches the server to a buffer,
-shows the samples' diagnostics at their culprit lines, and applies the quick fix itself."""
+"""Real editors as LSP clients: headless Neovim (Debian's 0.7.2) and Emacs 28 with eglot attach
+the server to a buffer, show the samples' diagnostics at their culprit lines, and apply the quick
+fix themselves (the configs of docs/editors.md)."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +36,25 @@ def test_neovim_shows_the_diagnostic_and_applies_the_quick_fix(tmp_path, name, c
     assert not [line for line in report if line.startswith(f"after {sample.culprit_row}:") and f" {code} " in line]
     # Neovim wrote the fix into the buffer; the file on disk is unchanged.
     assert script.read_text() == sample.path.read_text()
+
+
+EMACS = shutil.which("emacs")
+HAS_EGLOT = bool(EMACS) and (any(Path("/usr/share/emacs/site-lisp/elpa").glob("eglot-*"))
+                             or subprocess.run([EMACS, "--batch", "-Q", "--eval", "(require 'eglot)"],
+                                               capture_output=True).returncode == 0)
+
+
+@pytest.mark.skipif(not HAS_EGLOT, reason="needs emacs with eglot (scripts/setup.sh installs emacs-nox elpa-eglot)")
+def test_emacs_eglot_shows_the_diagnostic_and_applies_the_quick_fix(tmp_path):
+    sample = SAMPLES["rnn_hidden_chunks"]
+    script = tmp_path / "rnn_hidden_chunks.py"
+    shutil.copy(sample.path, script)
+    out = tmp_path / "report.txt"
+    env = {**os.environ, "EXPLAINER_PYTHON": sys.executable, "EXPLAINER_OUT": str(out)}
+    subprocess.run([EMACS, "--batch", "-Q", "-l", str(ROOT / "tests" / "editors" / "eglot_check.el"), script.name],
+                   cwd=tmp_path, env=env, timeout=180, check=True, capture_output=True)
+    report = out.read_text().splitlines()
+    assert report[0].startswith(f"before {sample.culprit_row}:10 backward-explainer [BX001]"), report
+    assert report[1].startswith("applied Detach `hidden`"), report
+    assert not [line for line in report if line.startswith(f"after {sample.culprit_row} ")], report
+    assert report[-1] == "text     out, hidden = model(x, hidden.detach())  # culprit"
