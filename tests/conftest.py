@@ -12,6 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 sys.path.insert(0, str(SAMPLES))
+# Runs explained by the tests must not hand findings to editors through this checkout's
+# .explainer/ (the language-server tests open the samples from here). The hand-off's own tests
+# turn it back on for their processes, in their own folders.
+os.environ["EXPLAINER_HANDOFF"] = "0"
 
 
 @dataclass

@@ -37,10 +37,10 @@ def strip_ansi(text: str) -> str:
 
 
 class Kernel:
-    def __init__(self) -> None:
+    def __init__(self, cwd: str = ROOT, env: dict | None = None) -> None:
         self.manager = KernelManager(kernel_name="python3")
-        env = {**os.environ, "PYTHONPATH": ROOT}
-        self.manager.start_kernel(env=env, extra_arguments=[], cwd=ROOT)
+        env = {**os.environ, "PYTHONPATH": ROOT, **(env or {})}
+        self.manager.start_kernel(env=env, extra_arguments=[], cwd=str(cwd))
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=120)

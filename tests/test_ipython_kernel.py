@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from explainer import handoff
 from explainer.static import editor
-from kernel_session import ROOT, Kernel, strip_ansi
+from kernel_session import Kernel, strip_ansi
 
 pytestmark = pytest.mark.kernel
 
@@ -105,8 +104,16 @@ def test_post_mortem_explain_after_loading_late():
         session.close()
 
 
-def test_a_cell_explained_in_the_kernel_reaches_the_editor_and_clears_once_fixed(kernel):
-    findings = Path(ROOT) / ".explainer" / "findings.json"
+def test_a_cell_explained_in_the_kernel_reaches_the_editor_and_clears_once_fixed(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'notebooks'\n")
+    kernel = Kernel(cwd=tmp_path, env={"EXPLAINER_HANDOFF": "1"})
+    try:
+        _hand_off_and_clear(kernel, tmp_path / ".explainer" / "findings.json")
+    finally:
+        kernel.close()
+
+
+def _hand_off_and_clear(kernel, findings):
     assert kernel.run("%load_ext explainer").status == "ok"
     pid = int(kernel.run("import os; print(os.getpid())").text().strip())
     assert kernel.run(RNN_CELL).status == "error"
