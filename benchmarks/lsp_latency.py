@@ -14,70 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import queue
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from lsp_wire import WireClient  # noqa: E402  (the stdio JSON-RPC client the tests use too)
+
 RESULTS = ROOT / "benchmarks" / "results"
 SIZES = (100, 2000, 10000)
 TARGET_P95_MS_AT_2000 = 100.0
 TARGET_STARTUP_S = 1.0
-
-
-class Server:
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-        self.process = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
-        self.messages: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        stream = self.process.stdout
-        while True:
-            length = None
-            while True:
-                line = stream.readline()
-                if not line:
-                    return
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-                if line in (b"\r\n", b"\n"):
-                    break
-            self.messages.put((time.perf_counter(), json.loads(stream.read(length))))
-
-    def send(self, message: dict) -> float:
-        body = json.dumps(message).encode()
-        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self.process.stdin.flush()
-        return time.perf_counter()
-
-    def wait_for(self, accept, timeout: float = 60.0) -> tuple[float, dict]:
-        deadline = time.monotonic() + timeout
-        while True:
-            at, message = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
-            if accept(message):
-                return at, message
-
-    def initialize(self) -> float:
-        self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                   "params": {"processId": None, "rootUri": ROOT.as_uri(), "capabilities": {}}})
-        at, _ = self.wait_for(lambda m: m.get("id") == 1)
-        self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-        return at - self.started
-
-    def close(self) -> None:
-        self.send({"jsonrpc": "2.0", "id": 2, "method": "shutdown"})
-        self.send({"jsonrpc": "2.0", "method": "exit"})
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 def training_file(lines: int) -> str:
@@ -95,7 +43,7 @@ def training_file(lines: int) -> str:
     return "".join(parts)
 
 
-def measure(server: Server, size: int, edits: int) -> dict:
+def measure(server: WireClient, size: int, edits: int) -> dict:
     text = training_file(size)
     uri = (ROOT / "benchmarks" / "results" / f"lsp_{size}.py").as_uri()
     server.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
@@ -131,11 +79,11 @@ def main(argv=None) -> int:
 
     startup_times = []
     for _ in range(startups):
-        server = Server()
-        startup_times.append(server.initialize())
+        server = WireClient()
+        startup_times.append(server.initialize(ROOT.as_uri()))
         server.close()
-    server = Server()
-    server.initialize()
+    server = WireClient()
+    server.initialize(ROOT.as_uri())
     results = {"startup_s": {"median": statistics.median(startup_times), "max": max(startup_times),
                              "runs": startups}, "sizes": {}}
     try:

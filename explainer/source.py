@@ -133,6 +133,13 @@ def parent(node: ast.AST) -> ast.AST | None:
     return getattr(node, "_parent", None)
 
 
+def module_of(node: ast.AST) -> ast.AST:
+    """The parsed module that `node` belongs to."""
+    while parent(node) is not None:
+        node = parent(node)
+    return node
+
+
 def ancestors(node: ast.AST):
     node = parent(node)
     while node is not None:

@@ -134,13 +134,16 @@ class ExplainerServer(LanguageServer):
         """Re-read the runtime findings files of the open projects when they change, and
         re-publish: a script explained at runtime shows its finding in the editor."""
         while True:
-            roots = {handoff.project_root(p) for p in self.project_paths()}
-            files = {str(root / handoff.FILE) for root in roots}
-            stamps = {f: _mtime(f) for f in files}
-            if stamps != {f: self.findings_seen.get(f) for f in files}:
-                self.findings_seen.update(stamps)
-                self.runtime_entries = [e for f in sorted(files) for e in handoff.read(f)]
-                self.recheck_all()
+            try:
+                roots = {handoff.project_root(p) for p in self.project_paths()}
+                files = {str(root / handoff.FILE) for root in roots}
+                stamps = {f: _mtime(f) for f in files}
+                if stamps != {f: self.findings_seen.get(f) for f in files}:
+                    self.findings_seen.update(stamps)
+                    self.runtime_entries = [e for f in sorted(files) for e in handoff.read(f)]
+                    self.recheck_all()
+            except Exception as error:  # noqa: BLE001 - keep watching; say once per failure
+                self.log(types.MessageType.Warning, f"reading runtime findings failed: {error}")
             await asyncio.sleep(interval)
 
     def project_paths(self) -> list[str]:

@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 import pytest_lsp
+from lsp_wire import WireClient
 from lsprotocol import types
 from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -233,63 +232,13 @@ async def test_stress_rapid_edits_bad_requests_and_a_big_file(client, tmp_path):
     assert [(d.code, d.range.start.line) for d in found] == [("BX001", 10200 + sample.culprit_row - 1)]
 
 
-class RawClient:
-    """JSON-RPC over the server's stdio, byte for byte: for messages no real client would send."""
-
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, cwd=ROOT)
-        self.messages: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        stream = self.process.stdout
-        while True:
-            length = None
-            while True:
-                line = stream.readline()
-                if not line:
-                    return
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-                if line in (b"\r\n", b"\n"):
-                    break
-            self.messages.put(json.loads(stream.read(length)))
-
-    def send_bytes(self, body: bytes) -> None:
-        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        self.process.stdin.flush()
-
-    def send(self, message: dict) -> None:
-        self.send_bytes(json.dumps(message).encode())
-
-    def request(self, id_: int, method: str, params: dict, timeout: float = 10.0) -> dict | None:
-        """Send a request; its response, or None if none came within `timeout`."""
-        self.send({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                message = self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if message.get("id") == id_ and "method" not in message:
-                return message
-        return None
-
-    def close(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-
 def test_malformed_messages_do_not_take_the_server_down():
-    raw = RawClient()
+    raw = WireClient()
     sample = SAMPLES["rnn_hidden_chunks"]
     uri = sample.path.as_uri()
     hover_at_culprit = {"textDocument": {"uri": uri}, "position": {"line": sample.culprit_row - 1, "character": 10}}
     try:
-        initialized = raw.request(1, "initialize", {"processId": None, "rootUri": None, "capabilities": {}})
-        assert "capabilities" in initialized["result"]
-        raw.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        raw.initialize()
         raw.send_bytes(b"{not json")
         raw.send_bytes(b"[1, 2")
         # pygls drops a request whose params don't fit the method (it can't be answered safely).

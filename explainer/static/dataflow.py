@@ -235,7 +235,7 @@ def _constructor(node: ast.AST, scope: ast.AST, before: int) -> ast.Call | None:
             return node
         if not isinstance(node, (ast.Name, ast.Attribute)):
             return None
-        assignment = _reaching(scope, node, before) or _reaching(_module_of(scope), node, before)
+        assignment = _reaching(scope, node, before) or _reaching(src.module_of(scope), node, before)
         if assignment is None and isinstance(node, ast.Attribute):
             assignment = _assigned_in_class(node, scope)
         if assignment is None or src.value_of(assignment.stmt) is None:
@@ -267,7 +267,7 @@ def _updated_modules(optimizer: ast.AST, scope: ast.AST, before: int) -> frozens
                 modules.add(src.canonical(call.func.value))
         for name in src.names_read(node):
             assignment = _reaching(scope, ast.Name(name, ast.Load()), before) \
-                or _reaching(_module_of(scope), ast.Name(name, ast.Load()), before)
+                or _reaching(src.module_of(scope), ast.Name(name, ast.Load()), before)
             if assignment is not None and src.value_of(assignment.stmt) is not None:
                 pending.append(src.value_of(assignment.stmt))
     return frozenset(modules) or None
@@ -288,12 +288,6 @@ def modules_called(value: ast.AST, scope: ast.AST, before: int) -> set[str]:
     return called
 
 
-def _module_of(scope: ast.AST) -> ast.AST:
-    while src.parent(scope) is not None:
-        scope = src.parent(scope)
-    return scope
-
-
 def _assigned_in_class(attribute: ast.Attribute, scope: ast.AST) -> src.Assignment | None:
     """`self.x = ...` anywhere in the class around `scope` (usually `__init__`)."""
     if not (isinstance(attribute.value, ast.Name) and attribute.value.id == "self"):
@@ -303,7 +297,3 @@ def _assigned_in_class(attribute: ast.Attribute, scope: ast.AST) -> src.Assignme
         return None
     found = src.assignments(owner, attribute, deep=True)
     return found[0] if found else None
-
-
-def made_under_no_grad(ancestor: Ancestor) -> bool:
-    return under_no_grad(ancestor.stmt)

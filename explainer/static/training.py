@@ -193,7 +193,7 @@ def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
     `self.step(...)` for a method of the enclosing class."""
     func = call.func
     if isinstance(func, ast.Name):
-        return _module_functions(_module_of(scope)).get(func.id)
+        return _module_functions(src.module_of(scope)).get(func.id)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
         owner = next((a for a in src.ancestors(call) if isinstance(a, ast.ClassDef)), None)
         if owner is not None:
@@ -226,12 +226,6 @@ def _returns_history(helper, call: ast.Call, scope, before, strict, ignore, dept
                and not under_no_grad(n)]
     return any(has_history(r.value, helper, r.lineno + 1, strict=strict, depth=depth + 1, bindings=bound)
                for r in returns)
-
-
-def _module_of(node: ast.AST) -> ast.AST:
-    while src.parent(node) is not None:
-        node = src.parent(node)
-    return node
 
 
 def _module_functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:
@@ -301,7 +295,7 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         if name.startswith(_MODULE_PREFIXES) and not name.startswith(("nn.functional", "torch.nn.functional",
                                                                       "nn.Parameter", "torch.nn.Parameter")):
             return name.rsplit(".", 1)[-1][:1].isupper()
-        root = _module_of(scope)
+        root = src.module_of(scope)
         if isinstance(node.func, ast.Name):
             name = node.func.id
             if name in _imported_classes(root):
@@ -344,30 +338,24 @@ def _parameter_free(node: ast.AST, scope: ast.AST, before: int) -> bool:
 
 def _torch_functions(scope: ast.AST) -> frozenset[str]:
     """Lower-case names imported from torch (`from torch.nn.functional import mse_loss`)."""
-    tree = scope
-    while src.parent(tree) is not None:
-        tree = src.parent(tree)
-    found = getattr(tree, "_torch_functions", None)
-    if found is None:
-        found = frozenset(
-            alias.asname or alias.name for node in src.all_nodes(tree) if isinstance(node, ast.ImportFrom)
-            and (node.module or "").split(".")[0] == "torch"
-            for alias in node.names if (alias.asname or alias.name)[:1].islower())
-        tree._torch_functions = found  # type: ignore[attr-defined]
-    return found
+    return _imported(src.module_of(scope), "_torch_functions",
+                     lambda module, name: module == "torch" and name[:1].islower())
+
+
+_NOT_MODEL_PACKAGES = ("torch", "typing", "collections", "dataclasses", "enum", "pathlib")
 
 
 def _imported_classes(tree: ast.Module) -> frozenset[str]:
     """Capitalized names imported from modules other than torch's (`from models import Net`)."""
-    found = getattr(tree, "_imported_classes", None)
-    if found is None:
-        found = frozenset(
-            alias.asname or alias.name for node in src.all_nodes(tree) if isinstance(node, ast.ImportFrom)
-            and not (node.module or "").split(".")[0] in ("torch", "typing", "collections", "dataclasses", "enum", "pathlib")
-            for alias in node.names if (alias.asname or alias.name)[:1].isupper()
-            and not (alias.asname or alias.name).isupper())
-        tree._imported_classes = found  # type: ignore[attr-defined]
-    return found
+    return _imported(tree, "_imported_classes", lambda module, name: module not in _NOT_MODEL_PACKAGES
+                     and name[:1].isupper() and not name.isupper())
+
+
+def _imported(tree: ast.Module, key: str, wanted) -> frozenset[str]:
+    """Names bound by `from X import name` where `wanted(top package of X, name)`."""
+    return src.cached(tree, key, lambda: frozenset(
+        alias.asname or alias.name for node in src.all_nodes(tree) if isinstance(node, ast.ImportFrom)
+        for alias in node.names if wanted((node.module or "").split(".")[0], alias.asname or alias.name)))
 
 
 # Conversions whose backward saves no tensor: a leaf moved or cast stays as good as a leaf.
