@@ -1,0 +1,135 @@
+// The VS Code side: find Python, start `python -m lsp_server`, restart when the interpreter
+// changes. Every diagnostic, fix and explanation comes from the server; nothing is analysed here.
+import { execFile } from "node:child_process";
+import * as vscode from "vscode";
+import { LanguageClient, LanguageClientOptions, ServerOptions } from "vscode-languageclient/node";
+import { chooseInterpreter, InterpreterChoice, needsRestart, serverSettings } from "./interpreter";
+
+const SECTION = "backwardExplainer";
+let client: LanguageClient | undefined;
+let output: vscode.LogOutputChannel;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  output = vscode.window.createOutputChannel("backward-explainer", { log: true });
+  context.subscriptions.push(
+    output,
+    vscode.commands.registerCommand(`${SECTION}.restart`, () => restart()),
+    vscode.commands.registerCommand(`${SECTION}.showLogs`, () => output.show()),
+    vscode.workspace.onDidChangeConfiguration((event) => {
+      if (needsRestart((section) => event.affectsConfiguration(section))) {
+        void restart();
+      }
+    }),
+    vscode.workspace.onDidGrantWorkspaceTrust(() => restart()),
+  );
+  const python = await pythonExtensionApi();
+  if (python) {
+    context.subscriptions.push(python.environments.onDidChangeActiveEnvironmentPath(() => restart()));
+  }
+  await start();
+}
+
+export async function deactivate(): Promise<void> {
+  await stop();
+}
+
+async function restart(): Promise<void> {
+  await stop();
+  await start();
+}
+
+async function stop(): Promise<void> {
+  const running = client;
+  client = undefined;
+  if (running) {
+    await running.stop();
+  }
+}
+
+async function start(): Promise<void> {
+  const settings = vscode.workspace.getConfiguration(SECTION);
+  const choice = chooseInterpreter(
+    settings.inspect<string[]>("interpreter") ?? {},
+    vscode.workspace.isTrusted,
+    await activeInterpreter(),
+  );
+  if (choice.ignoredUntrusted) {
+    output.warn(`Restricted mode: the workspace's interpreter ${JSON.stringify(choice.ignoredUntrusted)} is not used.`);
+  }
+  output.info(`Python: ${choice.command.join(" ")} (${choice.source})`);
+  if (!(await hasServer(choice))) {
+    await offerInstall(choice);
+    return;
+  }
+  const [command, ...prefix] = choice.command;
+  const serverOptions: ServerOptions = { command, args: [...prefix, "-m", "lsp_server"], options: { env: process.env } };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [
+      { scheme: "file", language: "python" },
+      { scheme: "untitled", language: "python" },
+      { scheme: "vscode-notebook-cell", language: "python" },
+      { notebook: "jupyter-notebook", language: "python" },
+    ],
+    outputChannel: output,
+    initializationOptions: serverSettings((key) => settings.get(key)),
+    synchronize: { configurationSection: SECTION },
+  };
+  client = new LanguageClient(SECTION, "backward-explainer", serverOptions, clientOptions);
+  try {
+    await client.start();
+  } catch (error) {
+    output.error(`The server did not start: ${error}`);
+    void vscode.window.showErrorMessage("backward-explainer: the language server did not start.", "Show Logs")
+      .then((answer) => answer && output.show());
+  }
+}
+
+/** Whether the interpreter can import the server (a quick `python -c`, nothing of the workspace). */
+function hasServer(choice: InterpreterChoice): Promise<boolean> {
+  const [command, ...prefix] = choice.command;
+  return new Promise((resolve) => {
+    execFile(command, [...prefix, "-c", "import lsp_server, pygls"], { timeout: 20000 }, (error) => {
+      if (error) {
+        output.warn(`${choice.command.join(" ")} cannot import lsp_server: ${error.message}`);
+      }
+      resolve(!error);
+    });
+  });
+}
+
+async function offerInstall(choice: InterpreterChoice): Promise<void> {
+  const install = "Install backward-explainer";
+  const answer = await vscode.window.showErrorMessage(
+    `backward-explainer: ${choice.command.join(" ")} does not have the package (or Python is missing).`,
+    install, "Show Logs");
+  if (answer === install) {
+    const terminal = vscode.window.createTerminal("backward-explainer install");
+    terminal.show();
+    terminal.sendText([...choice.command, "-m", "pip", "install", "backward-explainer[lsp]"].map(quote).join(" "));
+  } else if (answer === "Show Logs") {
+    output.show();
+  }
+}
+
+function quote(part: string): string {
+  return /^[\w./\-=\[\]]+$/.test(part) ? part : `"${part.replace(/"/g, '\\"')}"`;
+}
+
+async function pythonExtensionApi() {
+  try {
+    const { PythonExtension } = await import("@vscode/python-extension");
+    return await PythonExtension.api();
+  } catch {
+    return undefined; // the Python extension is optional: the setting or python3 is used instead
+  }
+}
+
+async function activeInterpreter(): Promise<string | undefined> {
+  const api = await pythonExtensionApi();
+  if (!api) {
+    return undefined;
+  }
+  const path = api.environments.getActiveEnvironmentPath(vscode.workspace.workspaceFolders?.[0]?.uri);
+  const environment = await api.environments.resolveEnvironment(path);
+  return environment?.executable.uri?.fsPath;
+}

@@ -1,0 +1,73 @@
+// Which Python runs the server, and with what settings. Pure logic (no `vscode` import), so it is
+// unit-tested with node's test runner; extension.ts feeds it what VS Code and the Python
+// extension report.
+
+/** A setting's value at each level, as `WorkspaceConfiguration.inspect` reports it. */
+export interface Inspected<T> {
+  globalValue?: T;
+  workspaceValue?: T;
+  workspaceFolderValue?: T;
+}
+
+export interface InterpreterChoice {
+  command: string[];
+  source: "setting" | "python-extension" | "default";
+  /** Set when a workspace-level value was ignored because the workspace is not trusted. */
+  ignoredUntrusted?: string[];
+}
+
+/**
+ * The interpreter command, in order: the `backwardExplainer.interpreter` setting, the Python
+ * extension's active environment, then `python3`. In a restricted (untrusted) workspace a value
+ * that came from the workspace or folder settings is never used: a cloned repository must not
+ * be able to make the editor run a binary of its choosing.
+ */
+export function chooseInterpreter(
+  setting: Inspected<string[]>,
+  trusted: boolean,
+  pythonExtensionExecutable: string | undefined,
+): InterpreterChoice {
+  const workspaceLevel = setting.workspaceFolderValue ?? setting.workspaceValue;
+  const usable = (value: string[] | undefined) => Array.isArray(value) && value.length > 0 && value.every((p) => typeof p === "string" && p.length > 0);
+  if (usable(workspaceLevel)) {
+    if (trusted) {
+      return { command: workspaceLevel as string[], source: "setting" };
+    }
+  }
+  const ignored = usable(workspaceLevel) && !trusted ? (workspaceLevel as string[]) : undefined;
+  if (usable(setting.globalValue)) {
+    return { command: setting.globalValue as string[], source: "setting", ignoredUntrusted: ignored };
+  }
+  if (pythonExtensionExecutable) {
+    return { command: [pythonExtensionExecutable], source: "python-extension", ignoredUntrusted: ignored };
+  }
+  return { command: ["python3"], source: "default", ignoredUntrusted: ignored };
+}
+
+export interface ServerSettings {
+  enable: boolean;
+  select: string[];
+  ignore: string[];
+  severity: string;
+}
+
+const SEVERITIES = ["error", "warning", "information", "hint"];
+
+/** The settings sent as initializationOptions, with defaults for missing or malformed values. */
+export function serverSettings(read: (key: string) => unknown): ServerSettings {
+  const list = (value: unknown) => (Array.isArray(value) ? value.filter((v): v is string => typeof v === "string") : []);
+  const severity = read("severity");
+  return {
+    enable: read("enable") !== false,
+    select: list(read("select")),
+    ignore: list(read("ignore")),
+    severity: typeof severity === "string" && SEVERITIES.includes(severity) ? severity : "warning",
+  };
+}
+
+/** The settings whose change needs a new server process (the rest reach it live). */
+export const RESTART_SETTINGS = ["backwardExplainer.interpreter", "backwardExplainer.importStrategy"];
+
+export function needsRestart(affects: (section: string) => boolean): boolean {
+  return RESTART_SETTINGS.some((section) => affects(section));
+}
