@@ -76,7 +76,7 @@ def check_paths(paths: Iterable[str], select=None, ignore=None, fix: bool = Fals
             continue
         if found:
             report.diagnostics.extend(found)
-            report.lines[(str(path), None)] = raw.splitlines(keepends=True)
+            report.lines[(str(path), None)] = list(src.split_lines(raw))  # the rows the AST counts
     return report
 
 
