@@ -15,7 +15,7 @@ from ..fixes.edits import apply_edits
 from ..model import Fix
 from .diagnostic import Diagnostic
 from .module import CheckedModule
-from .notebook import Notebook, NotebookError
+from .notebook import Notebook, NotebookError, without_unparseable_cells
 from .rules import RULES
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
@@ -100,19 +100,10 @@ def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: b
 
 def _parseable_notebook(path: Path, raw: str, report: Report, quiet: bool = False) -> Notebook:
     """The notebook with cells that don't parse left out (and reported)."""
-    hidden: set[int] = set()
-    while True:
-        notebook = Notebook.read(str(path), raw, frozenset(hidden))
-        try:
-            ast.parse(notebook.text, str(path))
-            return notebook
-        except SyntaxError as error:
-            cell, row = notebook.cell_of(error.lineno or 1)
-            if cell in hidden:
-                raise NotebookError(f"cannot parse: {error.msg}") from error
-            hidden.add(cell)
-            if not quiet:
-                report.errors.append(f"{path}: cell {cell}:{row}: cannot parse: {error.msg} (cell skipped)")
+    notebook, skipped = without_unparseable_cells(lambda hidden: Notebook.read(str(path), raw, hidden))
+    if not quiet:
+        report.errors.extend(f"{path}: {line}" for line in skipped)
+    return notebook
 
 
 def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize) -> str:

@@ -5,7 +5,6 @@ Nothing here imports torch or the code it reads.
 """
 from __future__ import annotations
 
-import ast
 import gc
 import os
 from collections.abc import Iterable
@@ -16,7 +15,7 @@ from ..model import Fix, Location, edits_from_json
 from .check import apply_safe_fixes, check_text
 from .diagnostic import Diagnostic
 from .module import DOCS
-from .notebook import Notebook
+from .notebook import Notebook, NotebookError, without_unparseable_cells
 from .rules import BY_CODE
 
 RUNTIME_DOCS = (DOCS / "runtime.md").as_uri()
@@ -98,17 +97,10 @@ def check_cells(sources: list[str], path: str, settings: Settings) -> list[list[
     found: list[list[Diagnostic]] = [[] for _ in sources]
     if not settings.enable:
         return found
-    hidden: set[int] = set()
-    while True:
-        notebook = Notebook.from_sources(path, sources, frozenset(hidden))
-        try:
-            ast.parse(notebook.text)
-            break
-        except SyntaxError as error:
-            cell, _ = notebook.cell_of(error.lineno or 1)
-            if cell in hidden:
-                return found
-            hidden.add(cell)
+    try:
+        notebook, _ = without_unparseable_cells(lambda hidden: Notebook.from_sources(path, sources, hidden))
+    except NotebookError:
+        return found
     with collector_paused():
         checked = check_text(notebook.text, path, settings.select or None, settings.ignore or None)
     for diagnostic in checked:

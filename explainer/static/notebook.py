@@ -7,6 +7,7 @@ original IPython lines restored. Diagnostics are mapped to (cell, row in cell).
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass, replace
@@ -129,6 +130,24 @@ class Notebook:
             source = document["cells"][position].get("source")
             document["cells"][position]["source"] = "".join(lines) if isinstance(source, str) else lines
         return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+
+
+def without_unparseable_cells(build) -> tuple[Notebook, list[str]]:
+    """`build(hidden)`, with every cell that does not parse hidden, and one line per hidden cell
+    (`cell N:ROW: cannot parse: ...`). Raises NotebookError when hiding a cell does not help."""
+    hidden: set[int] = set()
+    skipped: list[str] = []
+    while True:
+        notebook = build(frozenset(hidden))
+        try:
+            ast.parse(notebook.text, notebook.path)
+            return notebook, skipped
+        except SyntaxError as error:
+            cell, row = notebook.cell_of(error.lineno or 1)
+            if cell in hidden:
+                raise NotebookError(f"cannot parse: {error.msg}") from error
+            hidden.add(cell)
+            skipped.append(f"cell {cell}:{row}: cannot parse: {error.msg} (cell skipped)")
 
 
 def _token(raw: str) -> str:
