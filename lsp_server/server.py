@@ -108,11 +108,12 @@ class ExplainerServer(LanguageServer):
         versions = [d.version for d in documents]
         settings = self.settings
         path = uris.to_fs_path(notebook.uri) or notebook.uri
-        found = await asyncio.to_thread(editor.check_cells, [d.source for d in documents], path, settings)
+        sources = [d.source for d in documents]
+        found = await asyncio.to_thread(editor.check_cells, sources, path, settings)
         latest = [getattr(self.workspace.text_documents.get(d.uri), "version", None) for d in documents]
         if latest != versions:
             return  # a cell changed meanwhile: its own check is scheduled
-        runtime = editor.runtime_cell_diagnostics(self.runtime_entries, [d.source for d in documents], path)
+        runtime = editor.runtime_cell_diagnostics(self.runtime_entries, sources, path)
         for document, diagnostics, from_runs in zip(documents, found, runtime):
             self.publish(document, diagnostics + from_runs, settings)
 

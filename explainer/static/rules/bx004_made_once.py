@@ -71,8 +71,7 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
             name = target.id
             if src.assignments(owner, name, deep=True) or not flows_into_backward(owner, name):
                 continue
-            if _later_assigned(scope, name, stmt, owner) or is_leaf_creation(stmt.value) \
-                    or not has_history(stmt.value, scope, stmt.lineno, strict=True):
+            if _later_assigned(scope, name, stmt, owner) or not _derived_from_parameters(stmt.value, scope, stmt.lineno):
                 continue
             fix = move_into_loop.move_into_body(module.source, stmt, owner, name)
             yield module.diagnostic(
@@ -124,9 +123,9 @@ def _in_init(module) -> Iterator[Diagnostic]:
                     f"reuses its graph, and the first backward frees it", fix)
 
 
-def _derived_from_parameters(value, init, before) -> bool:
-    """Computed (not created) from the module's own parameters or submodules."""
-    return not is_leaf_creation(value) and has_history(value, init, before, strict=True)
+def _derived_from_parameters(value, scope, before) -> bool:
+    """Computed (not created) from parameters or modules, as far as `scope` shows."""
+    return not is_leaf_creation(value) and has_history(value, scope, before, strict=True)
 
 
 def _calls_backward(function) -> bool:

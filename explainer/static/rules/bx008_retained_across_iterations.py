@@ -44,7 +44,7 @@ from ...model import Fix
 from ..dataflow import Ancestor, ancestors, backward_calls, carries_history
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import carried_across_passes, is_leaf_creation, training_loops
+from ..training import carried_across_passes, training_loops
 
 CODE = "BX008"
 NAME = "retained-across-iterations"
@@ -70,8 +70,7 @@ def _spans_iterations(ancestor: Ancestor, scope, loop) -> str | None:
         if carried_across_passes(ancestor.stmt, ancestor.target, scope, loop):
             return "carried"
         return None
-    if ancestor.line < loop.lineno and isinstance(ancestor.target, ast.Name) and ancestor.value is not None \
-            and not is_leaf_creation(ancestor.value) and carries_history(ancestor, scope) \
+    if ancestor.line < loop.lineno and isinstance(ancestor.target, ast.Name) and carries_history(ancestor, scope) \
             and not src.assignments(loop, ancestor.expression, deep=True):
         return "made before the loop"
     return None
