@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls import uris
@@ -57,7 +58,7 @@ class ExplainerServer(LanguageServer):
             ),
         )
         self.settings = editor.Settings()
-        self.checked: dict[str, Checked] = {}  # by document or cell URI
+        self.checked: dict[str, Checked] = {}  # by same_uri() of a document or cell
         self.pending: dict[str, asyncio.Task] = {}  # by document or notebook URI
         self.runtime_entries: list[dict] = []  # from explainer.handoff's findings files
         self.findings_seen: dict[str, float | None] = {}  # findings file -> mtime last read
@@ -88,14 +89,20 @@ class ExplainerServer(LanguageServer):
             if self.pending.get(uri) is asyncio.current_task():
                 del self.pending[uri]
 
+    def opened(self, uri: str) -> TextDocument | None:
+        """The open document or notebook cell at `uri`, however the client escaped it. pygls
+        keys its documents by the unescaped URI while notebook cells keep the client's spelling
+        (VS Code sends `...#W2sdnNjb2Rl...%3D%3D`), so a plain dict lookup misses cells."""
+        return self.workspace.text_documents.get(same_uri(uri))
+
     async def _check_text(self, uri: str) -> None:
-        document = self.workspace.text_documents.get(uri)
+        document = self.opened(uri)
         if document is None:
             return
         version, text, settings = document.version, document.source, self.settings
         path = document.path or uri
         found = await asyncio.to_thread(editor.check_document, text, path, settings)
-        current = self.workspace.text_documents.get(uri)
+        current = self.opened(uri)
         if found is None or current is None or current.version != version:
             return  # mid-typing syntax error: keep what is shown; or a newer edit wins
         found = found + editor.runtime_diagnostics(self.runtime_entries, path, text)
@@ -103,14 +110,14 @@ class ExplainerServer(LanguageServer):
 
     async def _check_notebook(self, notebook: types.NotebookDocument) -> None:
         cells = [c for c in notebook.cells if c.kind == types.NotebookCellKind.Code]
-        documents = [self.workspace.text_documents.get(c.document) for c in cells]
+        documents = [self.opened(c.document) for c in cells]
         documents = [d for d in documents if d is not None]
         versions = [d.version for d in documents]
         settings = self.settings
         path = uris.to_fs_path(notebook.uri) or notebook.uri
         sources = [d.source for d in documents]
         found = await asyncio.to_thread(editor.check_cells, sources, path, settings)
-        latest = [getattr(self.workspace.text_documents.get(d.uri), "version", None) for d in documents]
+        latest = [getattr(self.opened(d.uri), "version", None) for d in documents]
         if latest != versions:
             return  # a cell changed meanwhile: its own check is scheduled
         runtime = editor.runtime_cell_diagnostics(self.runtime_entries, sources, path)
@@ -118,18 +125,19 @@ class ExplainerServer(LanguageServer):
             self.publish(document, diagnostics + from_runs, settings)
 
     def publish(self, document: TextDocument, found: list[Diagnostic], settings: editor.Settings) -> None:
-        self.checked[document.uri] = Checked(document.version, found)
+        self.checked[same_uri(document.uri)] = Checked(document.version, found)
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
             uri=document.uri, version=document.version,
             diagnostics=[to_lsp(document, d, settings) for d in found]))
 
     def recheck_all(self) -> None:
-        cell_uris = {c.document for nb in self.workspace.notebook_documents.values() for c in nb.cells}
-        for uri in self.workspace.notebook_documents:
-            self.schedule(uri, 0)
-        for uri in self.workspace.text_documents:
-            if uri not in cell_uris:
-                self.schedule(uri, 0)
+        notebooks = list(self.workspace.notebook_documents.values())
+        cell_uris = {same_uri(c.document) for nb in notebooks for c in nb.cells}
+        for notebook in notebooks:
+            self.schedule(notebook.uri, 0)
+        for document in list(self.workspace.text_documents.values()):
+            if same_uri(document.uri) not in cell_uris:  # a cell is checked with its notebook
+                self.schedule(document.uri, 0)
 
     async def watch_findings(self, interval: float = FINDINGS_POLL_S) -> None:
         """Re-read the runtime findings files of the open projects when they change, and
@@ -161,8 +169,13 @@ class ExplainerServer(LanguageServer):
             self.log(types.MessageType.Warning, f"{origin}: {problem}; keeping the previous value")
 
     def diagnostics_at(self, uri: str) -> list[Diagnostic]:
-        checked = self.checked.get(uri)
+        checked = self.checked.get(same_uri(uri))
         return checked.diagnostics if checked is not None else []
+
+
+def same_uri(uri: str) -> str:
+    """One spelling for every escaping of a URI, as pygls keys its documents."""
+    return unquote(uri)
 
 
 def _mtime(path: str) -> float | None:
@@ -266,7 +279,7 @@ def did_close(ls: ExplainerServer, params: types.DidCloseTextDocumentParams) -> 
     pending = ls.pending.pop(uri, None)
     if pending is not None:
         pending.cancel()
-    ls.checked.pop(uri, None)
+    ls.checked.pop(same_uri(uri), None)
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
@@ -288,7 +301,7 @@ def notebook_did_save(ls: ExplainerServer, params: types.DidSaveNotebookDocument
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
 def notebook_did_close(ls: ExplainerServer, params: types.DidCloseNotebookDocumentParams) -> None:
     for cell in params.cell_text_documents:
-        ls.checked.pop(cell.uri, None)
+        ls.checked.pop(same_uri(cell.uri), None)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
 
 
@@ -296,7 +309,7 @@ def notebook_did_close(ls: ExplainerServer, params: types.DidCloseNotebookDocume
     code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=False))
 def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
-    document = ls.workspace.text_documents.get(uri)
+    document = ls.opened(uri)
     if document is None:
         return []  # a document the client never opened: nothing checked, nothing to fix
     start = from_position(document, params.range.start)
@@ -305,14 +318,15 @@ def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> list[typ
     wanted = params.context.only
     if _asked_for(types.CodeActionKind.QuickFix, wanted):
         for diagnostic in editor.overlapping(ls.diagnostics_at(uri), start, end):
-            if diagnostic.fix is None:
+            edit = workspace_edit(ls, uri, diagnostic.fix.edits) if diagnostic.fix is not None else None
+            if edit is None:
                 continue
             actions.append(types.CodeAction(
                 title=f"{diagnostic.fix.message} ({diagnostic.code})",
                 kind=types.CodeActionKind.QuickFix,
                 diagnostics=[to_lsp(document, diagnostic, ls.settings)],
                 is_preferred=True,
-                edit=workspace_edit(ls, uri, diagnostic.fix.edits)))
+                edit=edit))
     if _asked_for(FIX_ALL_KIND, wanted) and ls.workspace.get_notebook_document(cell_uri=uri) is None:
         fixed = editor.fix_all(document.source, document.path or uri, ls.settings)
         if fixed is not None:
@@ -329,21 +343,24 @@ def _asked_for(kind: str, only: list[str] | None) -> bool:
     return not only or any(kind == k or kind.startswith(k + ".") for k in only)
 
 
-def workspace_edit(ls: ExplainerServer, uri: str, edits: tuple[Edit, ...]) -> types.WorkspaceEdit:
+def workspace_edit(ls: ExplainerServer, uri: str, edits: tuple[Edit, ...]) -> types.WorkspaceEdit | None:
     """Edits for `uri`, or, in a notebook, for the cells they name."""
     notebook = ls.workspace.get_notebook_document(cell_uri=uri)
     cell_uris = [c.document for c in notebook.cells if c.kind == types.NotebookCellKind.Code] if notebook else []
     changes: dict[str, list[types.TextEdit]] = {}
     for edit in edits:
         target = cell_uris[edit.cell - 1] if notebook is not None and edit.cell else uri
-        changes.setdefault(target, []).append(text_edit(ls.workspace.get_text_document(target), edit))
+        document = ls.opened(target)
+        if document is None:
+            return None  # the client closed that cell: half a fix would be wrong
+        changes.setdefault(target, []).append(text_edit(document, edit))
     return types.WorkspaceEdit(changes=changes)
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 def hover(ls: ExplainerServer, params: types.HoverParams) -> types.Hover | None:
     uri = params.text_document.uri
-    document = ls.workspace.text_documents.get(uri)
+    document = ls.opened(uri)
     if document is None or not ls.diagnostics_at(uri):
         return None
     at = from_position(document, params.position)

@@ -190,7 +190,9 @@ async def test_notebook_cells_get_their_diagnostics_and_quick_fix(client, tmp_pa
              "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n"
              "    hidden.sum().backward()"]
     notebook_uri = (tmp_path / "train.ipynb").as_uri()
-    cell_uris = [f"vscode-notebook-cell:{tmp_path / 'train.ipynb'}#cell{i}" for i in range(len(cells))]
+    # Spelled as VS Code (here code-server) spells them: an authority and an escaped fragment.
+    cell_uris = [f"vscode-notebook-cell://127.0.0.1:8765{tmp_path / 'train.ipynb'}#W{i}sdnNjb2RlLXJlbW90ZQ%3D%3D"
+                 for i in range(len(cells))]
     client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
         notebook_document=types.NotebookDocument(
             uri=notebook_uri, notebook_type="jupyter-notebook", version=1,
@@ -206,6 +208,16 @@ async def test_notebook_cells_get_their_diagnostics_and_quick_fix(client, tmp_pa
     (quick_fix,) = [a for a in actions if a.kind == types.CodeActionKind.QuickFix]
     assert list(quick_fix.edit.changes) == [cell_uris[1]]
     assert "hidden.detach())" in apply_text_edits(cells[1], quick_fix.edit.changes[cell_uris[1]])
+
+    # A settings change re-checks the notebook as one module, not each cell on its own (alone,
+    # the second cell has no `rnn` and nothing to flag).
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"backwardExplainer": {"severity": "error"}}))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and [d.severity for d in client.diagnostics[cell_uris[1]]] != [1]:
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+    assert [(d.code, d.severity) for d in client.diagnostics[cell_uris[1]]] == [("BX001", 1)]
 
 
 async def test_stress_rapid_edits_bad_requests_and_a_big_file(client, tmp_path):

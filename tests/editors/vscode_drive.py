@@ -1,8 +1,9 @@
 """Drive VS Code (code-server) in Debian's chromium with Playwright, as a user would: open a buggy
-sample, read the Problems panel, apply the quick fix with Ctrl+. and read it again. Prints one
-JSON report; saves screenshots into the output folder.
+sample, read the Problems panel, apply the quick fix with Ctrl+. and read it again; then the same
+in a notebook's cell. Prints one JSON report; saves screenshots into the output folder.
 
-Run with the e2e venv's Python: vscode_drive.py URL FOLDER OUT_DIR SAMPLE_NAME CULPRIT_ROW COLUMN
+Run with the e2e venv's Python:
+    vscode_drive.py URL FOLDER OUT_DIR SAMPLE_NAME CULPRIT_ROW COLUMN NOTEBOOK_NAME
 """
 import json
 import sys
@@ -10,7 +11,7 @@ import time
 
 from playwright.sync_api import sync_playwright
 
-url, folder, out_dir, sample, row, column = sys.argv[1:7]
+url, folder, out_dir, sample, row, column, notebook = sys.argv[1:8]
 report = {}
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
@@ -27,6 +28,21 @@ def open_file(page, name: str) -> None:
     time.sleep(1.5)
     page.keyboard.press("Enter")
     time.sleep(2)
+
+
+def quick_fix(page, shot: str) -> None:
+    """Ctrl+. at the cursor, a screenshot of the menu, Enter on its first (preferred) fix."""
+    page.keyboard.press("Control+.")
+    page.locator(".action-widget").first.wait_for(state="visible", timeout=30000)
+    time.sleep(1)
+    page.screenshot(path=f"{out_dir}/{shot}")
+    page.keyboard.press("Enter")
+
+
+def wait_until_no_problems(page) -> None:
+    deadline = time.time() + 60
+    while problems(page) and time.time() < deadline:
+        time.sleep(0.5)
 
 
 with sync_playwright() as playwright:
@@ -49,16 +65,26 @@ with sync_playwright() as playwright:
     page.keyboard.type(f"{row}:{int(column) + 1}")
     page.keyboard.press("Enter")
     time.sleep(0.5)
-    page.keyboard.press("Control+.")
-    page.wait_for_selector(".action-widget, .context-view", timeout=30000)
-    time.sleep(1)
-    page.screenshot(path=f"{out_dir}/quick-fix-menu.png")
-    page.keyboard.press("Enter")
-    deadline = time.time() + 60
-    while problems(page) and time.time() < deadline:
-        time.sleep(0.5)
+    quick_fix(page, "quick-fix-menu.png")
+    wait_until_no_problems(page)
     report["text_after_fix"] = page.locator(".monaco-editor .view-lines").first.inner_text()
     report["problems_after_fix"] = problems(page)
     page.screenshot(path=f"{out_dir}/after-fix.png")
+
+    # The notebook: its cell's problem, then the fix from the Problems row (which puts the
+    # cursor in the cell).
+    open_file(page, notebook)
+    page.locator(".markers-panel .monaco-list-row", has_text="BX001").wait_for(timeout=120000)
+    time.sleep(1)
+    report["notebook_problems"] = problems(page)
+    page.screenshot(path=f"{out_dir}/notebook-diagnostic.png")
+    page.locator(".markers-panel .monaco-list-row", has_text="BX001").dblclick()
+    time.sleep(1)
+    quick_fix(page, "notebook-quick-fix-menu.png")
+    wait_until_no_problems(page)
+    report["notebook_cells_after_fix"] = page.locator(".notebook-editor .cell-editor-container .view-lines") \
+        .all_inner_texts()
+    report["notebook_problems_after_fix"] = problems(page)
+    page.screenshot(path=f"{out_dir}/notebook-after-fix.png")
     browser.close()
 print(json.dumps(report))
