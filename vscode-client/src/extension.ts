@@ -1,52 +1,40 @@
 // The VS Code side: find Python, start `python -m lsp_server`, restart when the interpreter
-// changes. Every diagnostic, fix and explanation comes from the server; nothing is analysed here.
+// changes (src/lifecycle.ts). Every diagnostic, fix and explanation comes from the server;
+// nothing is analysed here.
 import { execFile } from "node:child_process";
 import * as vscode from "vscode";
 import { LanguageClient, LanguageClientOptions, ServerOptions } from "vscode-languageclient/node";
 import { chooseInterpreter, InterpreterChoice, needsRestart, serverSettings } from "./interpreter";
+import { restartOn, ServerLifecycle } from "./lifecycle";
 
 const SECTION = "backwardExplainer";
-let client: LanguageClient | undefined;
 let output: vscode.LogOutputChannel;
+let lifecycle: ServerLifecycle<LanguageClient> | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel("backward-explainer", { log: true });
+  const servers = new ServerLifecycle(launch, (error) => output.error(`Starting or stopping the server failed: ${error}`));
+  lifecycle = servers;
+  const python = await pythonExtensionApi();
   context.subscriptions.push(
     output,
-    vscode.commands.registerCommand(`${SECTION}.restart`, () => restart()),
+    vscode.commands.registerCommand(`${SECTION}.restart`, () => servers.restart()),
     vscode.commands.registerCommand(`${SECTION}.showLogs`, () => output.show()),
-    vscode.workspace.onDidChangeConfiguration((event) => {
-      if (needsRestart((section) => event.affectsConfiguration(section))) {
-        void restart();
-      }
-    }),
-    vscode.workspace.onDidGrantWorkspaceTrust(() => restart()),
+    ...restartOn({
+      configurationChanged: vscode.workspace.onDidChangeConfiguration,
+      trustGranted: vscode.workspace.onDidGrantWorkspaceTrust,
+      environmentChanged: python?.environments.onDidChangeActiveEnvironmentPath,
+    }, needsRestart, () => servers.restart()),
   );
-  const python = await pythonExtensionApi();
-  if (python) {
-    context.subscriptions.push(python.environments.onDidChangeActiveEnvironmentPath(() => restart()));
-  }
-  await start();
+  await servers.start();
 }
 
 export async function deactivate(): Promise<void> {
-  await stop();
+  await lifecycle?.stop();
 }
 
-async function restart(): Promise<void> {
-  await stop();
-  await start();
-}
-
-async function stop(): Promise<void> {
-  const running = client;
-  client = undefined;
-  if (running) {
-    await running.stop();
-  }
-}
-
-async function start(): Promise<void> {
+/** A started client for the chosen interpreter, or undefined (the user has been told why). */
+async function launch(): Promise<LanguageClient | undefined> {
   const settings = vscode.workspace.getConfiguration(SECTION);
   const choice = chooseInterpreter(
     settings.inspect<string[]>("interpreter") ?? {},
@@ -58,8 +46,8 @@ async function start(): Promise<void> {
   }
   output.info(`Python: ${choice.command.join(" ")} (${choice.source})`);
   if (!(await hasServer(choice))) {
-    await offerInstall(choice);
-    return;
+    void offerInstall(choice);
+    return undefined;
   }
   const [command, ...prefix] = choice.command;
   const serverOptions: ServerOptions = { command, args: [...prefix, "-m", "lsp_server"], options: { env: process.env } };
@@ -74,13 +62,15 @@ async function start(): Promise<void> {
     initializationOptions: serverSettings((key) => settings.get(key)),
     synchronize: { configurationSection: SECTION },
   };
-  client = new LanguageClient(SECTION, "backward-explainer", serverOptions, clientOptions);
+  const client = new LanguageClient(SECTION, "backward-explainer", serverOptions, clientOptions);
   try {
     await client.start();
+    return client;
   } catch (error) {
     output.error(`The server did not start: ${error}`);
     void vscode.window.showErrorMessage("backward-explainer: the language server did not start.", "Show Logs")
       .then((answer) => answer && output.show());
+    return undefined;
   }
 }
 
