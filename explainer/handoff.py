@@ -69,13 +69,71 @@ def publish(run: str, findings: list[Finding], where: str | os.PathLike | None =
 
 
 def read(path: str | os.PathLike) -> list[dict]:
-    """The entries of a findings file; [] for a missing or unreadable one."""
+    """The well-formed entries of a findings file; [] for a missing or unreadable one.
+
+    The file sits in the workspace, so anyone who can commit to the repository can write it. An
+    entry is kept only if it has the shape `publish` writes and every file it names (culprits,
+    fix edits) is inside the project, or is one of the entry's own kernel cells: an editor
+    applying its quick fix can then never touch a file outside the workspace."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     entries = document.get("entries") if isinstance(document, dict) else None
-    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    if not isinstance(entries, list):
+        return []
+    root = Path(path).resolve().parent.parent
+    return [e for e in entries if isinstance(e, dict) and _well_formed(e) and _confined(e, root)]
+
+
+def _well_formed(entry: dict) -> bool:
+    def location(value) -> bool:
+        return isinstance(value, dict) and all(type(value.get(k)) is int for k in ("row", "column"))
+
+    def text(*values) -> bool:
+        return all(isinstance(v, str) for v in values)
+
+    cells = entry.get("cells", {})
+    findings = entry.get("findings")
+    if not (isinstance(cells, dict) and all(text(k, v) for k, v in cells.items()) and isinstance(findings, list)):
+        return False
+    for finding in findings:
+        if not (isinstance(finding, dict) and text(finding.get("kind"), finding.get("message"))):
+            return False
+        culprits, fixes = finding.get("culprits", []), finding.get("fixes", [])
+        if not (isinstance(culprits, list) and isinstance(fixes, list)):
+            return False
+        for culprit in culprits:
+            if not (isinstance(culprit, dict) and text(culprit.get("filename"), culprit.get("name", ""),
+                                                         culprit.get("source_line") or "")
+                    and location(culprit.get("location"))):
+                return False
+        for fix in fixes:
+            edits = fix.get("edits") if isinstance(fix, dict) else None
+            if not (isinstance(edits, list) and text(fix.get("message"), fix.get("applicability"))):
+                return False
+            if not all(isinstance(e, dict) and text(e.get("filename"), e.get("content")) and location(e.get("location"))
+                       and location(e.get("end_location")) for e in edits):
+                return False
+    return True
+
+
+def _confined(entry: dict, root: Path) -> bool:
+    cells = entry.get("cells", {})
+    names = [c["filename"] for f in entry["findings"] for c in f.get("culprits", [])]
+    names += [e["filename"] for f in entry["findings"] for fix in f.get("fixes", []) for e in fix["edits"]]
+    return all(name in cells or _inside(name, root) for name in names)
+
+
+def _inside(name: str, root: Path) -> bool:
+    """`name` is a file under `root`, symbolic links and `..` resolved."""
+    if not name or name.startswith("<") or "\0" in name:
+        return False
+    try:
+        resolved = Path(name).resolve() if os.path.isabs(name) else (root / name).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return False
+    return resolved == root or root in resolved.parents
 
 
 def _absolute_paths(finding: dict) -> dict:

@@ -1,4 +1,5 @@
-"""`python -m lsp_server [--tcp --port N]`: start the language server (stdio by default)."""
+"""`backward-explainer-lsp [--tcp --port N]` (or `python -m lsp_server`): start the language server
+(stdio by default)."""
 from __future__ import annotations
 
 import gc

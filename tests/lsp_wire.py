@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class WireClient:
-    def __init__(self) -> None:
+    def __init__(self, command: list[str] | None = None, cwd: Path = ROOT) -> None:
         self.started = time.perf_counter()
-        self.process = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+        self.process = subprocess.Popen(command or [sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd)
         self.messages: queue.Queue = queue.Queue()  # (arrival time, message)
         threading.Thread(target=self._read, daemon=True).start()
 

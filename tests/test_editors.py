@@ -25,7 +25,7 @@ def test_neovim_shows_the_diagnostic_and_applies_the_quick_fix(tmp_path, name, c
     script = tmp_path / f"{name}.py"
     shutil.copy(sample.path, script)
     out = tmp_path / "report.txt"
-    env = {**os.environ, "EXPLAINER_PYTHON": sys.executable, "EXPLAINER_OUT": str(out)}
+    env = {**os.environ, "EXPLAINER_SERVER": str(Path(sys.executable).with_name("backward-explainer-lsp")), "EXPLAINER_OUT": str(out)}
     subprocess.run([NVIM, "--headless", "--clean", "-c", f"luafile {ROOT / 'tests' / 'editors' / 'nvim_check.lua'}",
                     str(script)], cwd=tmp_path, env=env, timeout=120, check=True, capture_output=True)
     report = out.read_text().splitlines()
@@ -50,7 +50,7 @@ def test_emacs_eglot_shows_the_diagnostic_and_applies_the_quick_fix(tmp_path):
     script = tmp_path / "rnn_hidden_chunks.py"
     shutil.copy(sample.path, script)
     out = tmp_path / "report.txt"
-    env = {**os.environ, "EXPLAINER_PYTHON": sys.executable, "EXPLAINER_OUT": str(out)}
+    env = {**os.environ, "EXPLAINER_SERVER": str(Path(sys.executable).with_name("backward-explainer-lsp")), "EXPLAINER_OUT": str(out)}
     subprocess.run([EMACS, "--batch", "-Q", "-l", str(ROOT / "tests" / "editors" / "eglot_check.el"), script.name],
                    cwd=tmp_path, env=env, timeout=180, check=True, capture_output=True)
     report = out.read_text().splitlines()

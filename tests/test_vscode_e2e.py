@@ -68,6 +68,12 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path):
         "backwardExplainer.interpreter": [sys.executable]}))
     shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
     notebook_row = write_notebook(workspace / "truncated_bptt.ipynb", SAMPLE.path.read_text())
+    # Modules that would shadow the server's own if it ran from the workspace folder.
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    for name in ["lsp_server/__init__.py", "lsp_server/__main__.py", "pygls.py"]:
+        (workspace / name).parent.mkdir(exist_ok=True)
+        (workspace / name).write_text(f"open({str(markers / name.replace('/', '.'))!r}, 'w').write('ran')\n")
     installed = subprocess.run(["node", entry, "--install-extension", str(vsix), "--extensions-dir", str(extensions),
                                 "--user-data-dir", str(data)], capture_output=True, text=True, timeout=300)
     assert "was successfully installed" in installed.stdout, installed.stdout + installed.stderr
@@ -107,3 +113,4 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path):
     assert f"[Ln {notebook_row}, Col {culprit_column}]" in cell_problem
     assert "hidden.detach()" in report["notebook_cells_after_fix"][-1].replace("\xa0", " ")
     assert report["notebook_problems_after_fix"] == []
+    assert sorted(p.name for p in markers.iterdir()) == []  # the server ran none of the workspace's code

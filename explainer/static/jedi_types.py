@@ -4,8 +4,12 @@
 is a module. jedi follows the import through the workspace's own source and infers what the call
 returns; the class it finds is then checked by its bases (`nn.Module`, or a workspace class that
 derives from one). jedi reads source only: the project's sys.path is the workspace, so no
-library is introspected and nothing is imported or run. Without jedi installed, the answer is
-"unknown" and the rules fall back to what the file shows.
+library is introspected and nothing is imported or run. Three settings make sure of it:
+`load_unsafe_extensions=False` (no compiled module of the workspace is loaded), an empty
+`auto_import_modules` (jedi would otherwise really import a package named `gi`, even the
+workspace's), and the in-process `InterpreterEnvironment` (jedi's default spawns a helper
+subprocess). Without jedi installed, the answer is "unknown" and the rules fall back to what the
+file shows.
 """
 from __future__ import annotations
 
@@ -75,7 +79,9 @@ def _call_gives_module(filename: str, importing: str, callee: str) -> bool | Non
     not on the rest of the file (and a tiny script keeps each question fast and cacheable)."""
     code = f"{importing}\n{_PROBE} = {callee}()\n{_PROBE}\n"
     try:
-        script = _jedi().Script(code=code, path=filename, project=_project(os.path.dirname(filename)))
+        jedi = _jedi()
+        script = jedi.Script(code=code, path=filename, project=_project(os.path.dirname(filename)),
+                             environment=jedi.api.environment.InterpreterEnvironment())
         found = script.infer(len(code.splitlines()), 1)
     except Exception:  # noqa: BLE001 - jedi's inference is best effort; the file alone decides
         return None
@@ -90,8 +96,10 @@ def _jedi():
     """jedi, imported on the first question (it takes a few hundred ms), or None."""
     try:
         import jedi
+        import jedi.api.environment
     except ImportError:
         return None
+    jedi.settings.auto_import_modules = []  # only this process's jedi: the checker's or the server's
     return jedi
 
 

@@ -1,18 +1,18 @@
 ;;; eglot_check.el --- attach backward-explainer's server to a buffer with eglot, report diagnostics
 ;; Run: emacs --batch -Q -l tests/editors/eglot_check.el FILE
-;; Environment: EXPLAINER_PYTHON (interpreter with lsp_server), EXPLAINER_OUT (report file).
+;; Environment: EXPLAINER_SERVER (the backward-explainer-lsp command), EXPLAINER_OUT (report file).
 ;; -Q skips the site setup: put Debian's elpa-eglot (and the newer project/xref it needs) on the path.
 (dolist (dir (file-expand-wildcards "/usr/share/emacs/site-lisp/elpa/*"))
   (add-to-list 'load-path dir))
 (require 'eglot)
 (require 'flymake)
 (require 'python)
-(let* ((python (or (getenv "EXPLAINER_PYTHON") "python3"))
+(let* ((server (or (getenv "EXPLAINER_SERVER") "backward-explainer-lsp"))
        (out (getenv "EXPLAINER_OUT"))
        (file (car command-line-args-left))
        (report '()))
-  ;; The documented config (docs/editors.md), with this test's interpreter.
-  (add-to-list 'eglot-server-programs `((python-mode python-ts-mode) . (,python "-m" "lsp_server")))
+  ;; The documented config (docs/editors.md), with this test's server command.
+  (add-to-list 'eglot-server-programs `((python-mode python-ts-mode) . (,server)))
   (find-file file)
   (python-mode)
   (apply #'eglot--connect (eglot--guess-contact))  ; what eglot-ensure does after the next command

@@ -1,13 +1,13 @@
 -- Attach backward-explainer's language server to the current buffer, record its diagnostics,
 -- apply the quick fix at the first one through Neovim's own LSP client, and record what is left.
 -- Run: nvim --headless --clean -c 'luafile tests/editors/nvim_check.lua' FILE
--- Environment: EXPLAINER_PYTHON (the interpreter with lsp_server), EXPLAINER_OUT (a file to write).
-local python = os.getenv("EXPLAINER_PYTHON") or "python3"
+-- Environment: EXPLAINER_SERVER (the backward-explainer-lsp command), EXPLAINER_OUT (a file to write).
+local server = os.getenv("EXPLAINER_SERVER") or "backward-explainer-lsp"
 local out = assert(os.getenv("EXPLAINER_OUT"), "EXPLAINER_OUT is not set")
 local buf = vim.api.nvim_get_current_buf()
 local config = {
   name = "backward-explainer",
-  cmd = { python, "-m", "lsp_server" },
+  cmd = { server },
   root_dir = vim.fn.getcwd(),
 }
 -- Neovim 0.7 has start_client + buf_attach_client; 0.8+ has vim.lsp.start.

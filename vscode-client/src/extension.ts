@@ -4,15 +4,17 @@
 import { execFile } from "node:child_process";
 import * as vscode from "vscode";
 import { LanguageClient, LanguageClientOptions, ServerOptions } from "vscode-languageclient/node";
-import { chooseInterpreter, InterpreterChoice, needsRestart, serverSettings } from "./interpreter";
+import { chooseInterpreter, InterpreterChoice, needsRestart, serverCommand, serverSettings } from "./interpreter";
 import { restartOn, ServerLifecycle } from "./lifecycle";
 
 const SECTION = "backwardExplainer";
 let output: vscode.LogOutputChannel;
+let extensionDirectory: string;
 let lifecycle: ServerLifecycle<LanguageClient> | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel("backward-explainer", { log: true });
+  extensionDirectory = context.extensionUri.fsPath;
   const servers = new ServerLifecycle(launch, (error) => output.error(`Starting or stopping the server failed: ${error}`));
   lifecycle = servers;
   const python = await pythonExtensionApi();
@@ -49,8 +51,8 @@ async function launch(): Promise<LanguageClient | undefined> {
     void offerInstall(choice);
     return undefined;
   }
-  const [command, ...prefix] = choice.command;
-  const serverOptions: ServerOptions = { command, args: [...prefix, "-m", "lsp_server"], options: { env: process.env } };
+  const { command, args, cwd } = serverCommand(choice, extensionDirectory);
+  const serverOptions: ServerOptions = { command, args, options: { cwd, env: process.env } };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [
       { scheme: "file", language: "python" },
@@ -78,7 +80,8 @@ async function launch(): Promise<LanguageClient | undefined> {
 function hasServer(choice: InterpreterChoice): Promise<boolean> {
   const [command, ...prefix] = choice.command;
   return new Promise((resolve) => {
-    execFile(command, [...prefix, "-c", "import lsp_server, pygls"], { timeout: 20000 }, (error) => {
+    const options = { timeout: 20000, cwd: extensionDirectory }; // see serverCommand: never the workspace
+    execFile(command, [...prefix, "-c", "import lsp_server, pygls"], options, (error) => {
       if (error) {
         output.warn(`${choice.command.join(" ")} cannot import lsp_server: ${error.message}`);
       }

@@ -44,6 +44,20 @@ export function chooseInterpreter(
   return { command: ["python3"], source: "default", ignoredUntrusted: ignored };
 }
 
+export interface ServerCommand {
+  command: string;
+  args: string[];
+  /** Never the workspace: `python -m` puts the working directory first on sys.path, so a cloned
+   * repository with its own `lsp_server/` or `pygls.py` would run inside the server. */
+  cwd: string;
+}
+
+/** How to run the server with `choice`; `safeDirectory` is the extension's own folder. */
+export function serverCommand(choice: InterpreterChoice, safeDirectory: string): ServerCommand {
+  const [command, ...prefix] = choice.command;
+  return { command, args: [...prefix, "-m", "lsp_server"], cwd: safeDirectory };
+}
+
 export interface ServerSettings {
   enable: boolean;
   select: string[];

@@ -1,6 +1,6 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
-import { chooseInterpreter, needsRestart, serverSettings } from "../src/interpreter";
+import { chooseInterpreter, needsRestart, serverCommand, serverSettings } from "../src/interpreter";
 
 test("the setting wins, then the Python extension, then python3", () => {
   assert.deepEqual(chooseInterpreter({ globalValue: ["/opt/py/bin/python"] }, true, "/env/bin/python").command, ["/opt/py/bin/python"]);
@@ -39,4 +39,10 @@ test("only the interpreter and import strategy need a restart", () => {
   assert.equal(needsRestart((s) => s === "backwardExplainer.interpreter"), true);
   assert.equal(needsRestart((s) => s === "backwardExplainer.importStrategy"), true);
   assert.equal(needsRestart((s) => s === "backwardExplainer.severity"), false);
+});
+
+test("the server runs from the extension's folder, never the workspace, with the chosen interpreter", () => {
+  const choice = chooseInterpreter({ globalValue: ["/usr/bin/env", "python3"] }, true, undefined);
+  assert.deepEqual(serverCommand(choice, "/home/u/.vscode/extensions/backward-explainer"), {
+    command: "/usr/bin/env", args: ["python3", "-m", "lsp_server"], cwd: "/home/u/.vscode/extensions/backward-explainer" });
 });
