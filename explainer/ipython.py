@@ -42,22 +42,32 @@ def unload(ip) -> None:
 
 
 def _handle(shell, etype, value, tb, tb_offset=None):
-    """IPython's custom exception handler: must never raise (IPython would drop it)."""
-    from .runtime import journal
-
-    finding = journal.finding_for(value)
-    if finding is None:
-        shell.showtraceback(running_compiled_code=True)
-        return None
+    """IPython's custom exception handler. It must never raise: IPython would print "An
+    exception occurred in the custom handler" and unregister it for the rest of the session."""
     try:
+        from .runtime import journal
+
+        finding = journal.finding_for(value)
+        if finding is None:
+            shell.showtraceback(running_compiled_code=True)
+            return None
         shell._get_exc_info((etype, value, tb))  # sets sys.last_* so %tb and %debug work
         _hand_off(finding)
         _show(shell, finding, value, tb, tb_offset)
-    except Exception as internal:  # noqa: BLE001
+    except Exception as internal:  # noqa: BLE001 - one line, then the error as IPython shows it
         print(f"[explainer] could not display the explanation ({type(internal).__name__}: "
               f"{internal}); showing the error as usual.", file=sys.stderr)
-        shell.showtraceback(running_compiled_code=True)
+        _show_as_usual(shell, etype, value, tb)
     return None
+
+
+def _show_as_usual(shell, etype, value, tb) -> None:
+    try:
+        shell.showtraceback((etype, value, tb), running_compiled_code=True)
+    except Exception:  # noqa: BLE001 - IPython's own display failed too: the standard library's
+        import traceback
+
+        traceback.print_exception(etype, value, tb)
 
 
 # The backward line of the finding handed to the editor, to clear it once that code runs clean.

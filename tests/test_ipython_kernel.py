@@ -77,6 +77,25 @@ def test_tb_and_explain_magics_after_an_explained_error(kernel):
     assert next_inputs and "model(torch.randn(2, 4, 3), hidden.detach())" in next_inputs[0]
 
 
+@pytest.mark.parametrize("broken", ["explainer.runtime.journal.finding_for", "explainer.ipython._show"])
+def test_a_failing_handler_shows_the_error_and_stays_registered(kernel, broken):
+    module, name = broken.rsplit(".", 1)
+    kernel.run("%load_ext explainer")
+    kernel.run(f"import {module} as patched\noriginal = patched.{name}\n"
+               f"def failing(*args, **kwargs):\n    raise ValueError('injected')\npatched.{name} = failing")
+    try:
+        for _ in range(2):  # IPython drops a handler after its first failure: the second run shows it
+            result = kernel.run(RNN_CELL)
+            assert result.status == "error" and result.reply["content"]["ename"] == "RuntimeError"
+            (error,) = result.of_type("error")
+            assert "Trying to backward through the graph a second time" in error["evalue"]
+            assert "[explainer] could not display the explanation (ValueError: injected)" in result.text()
+            assert "unregistering" not in result.text() + "".join(error["traceback"])
+        assert kernel.run("print(get_ipython().custom_exceptions)").text().strip() == "(<class 'RuntimeError'>,)"
+    finally:
+        kernel.run(f"patched.{name} = original")
+
+
 def test_unload_restores_the_previous_handler(kernel):
     kernel.run("%load_ext explainer")
     kernel.run("%unload_ext explainer")
