@@ -30,6 +30,10 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _INTERNAL = (_TORCH_DIR, _PACKAGE_DIR)
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
+# While torch.compile traces, the hooks step aside: dynamo would otherwise trace into them, fail
+# on sys._getframe and warn the user about our code. It breaks the graph at the backward as it
+# always does, and the backward then runs eagerly, through the hooks.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 _ticks = itertools.count(1)
 
 
@@ -121,6 +125,8 @@ _TARGETS = {
 _WRAPPER_TEMPLATE = """
 def hooked({parameters}):
     __tracebackhide__ = True
+    if compiling():
+        return original({forward})
     state = per_thread.state
     if state[0]:
         return original({forward})
@@ -149,7 +155,7 @@ def hooked({parameters}):
 
 # Names the template binds itself: a parameter of the same name would shadow them.
 _TEMPLATE_NAMES = {
-    "state", "caller", "retain", "many", "call", "calls", "error", "original", "per_thread",
+    "compiling", "state", "caller", "retain", "many", "call", "calls", "error", "original", "per_thread",
     "getframe", "internal", "user_frame", "ticks", "peek", "kind", "check_growth", "explain_into",
 }
 
@@ -207,7 +213,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
         "original": original, "per_thread": _local, "getframe": sys._getframe,
         "internal": _INTERNAL, "user_frame": user_frame, "ticks": _ticks,
         "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth,
-        "explain_into": _explain_into,
+        "explain_into": _explain_into, "compiling": _compiling,
     }
     parameters, forward = _parameter_lists(signature, namespace)
     code = _WRAPPER_TEMPLATE.format(parameters=parameters, forward=forward, roots=roots_name)
@@ -245,6 +251,8 @@ _step_depth: dict[type, int] = {}
 
 
 def _on_step(optimizer, args, kwargs) -> None:
+    if _compiling():
+        return
     depth = _step_depth.get(type(optimizer))
     caller = sys._getframe(depth) if depth else None
     if caller is None or caller.f_code.co_filename.startswith(_INTERNAL):
