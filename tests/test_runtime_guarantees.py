@@ -218,3 +218,100 @@ def test_legitimate_retain_graph_gives_no_growth_warning(installed, recwarn):
         loss1.backward(retain_graph=True)
         loss2.backward()
     assert not [w for w in recwarn if issubclass(w.category, analysis.GraphGrowthWarning)]
+
+
+def _one_sample_per_kind() -> list:
+    import manifest
+
+    chosen = {}
+    for sample in manifest.samples():
+        if sample.kind not in ("none", "graph-growth"):
+            chosen.setdefault(sample.kind, sample)
+    return list(chosen.values())
+
+
+@pytest.mark.parametrize("sample", _one_sample_per_kind(), ids=lambda s: s.kind)
+def test_every_kind_keeps_type_args_frames_cause_and_context(sample, monkeypatch):
+    """The real samples, run in this process without and with the hooks."""
+    import runpy
+
+    monkeypatch.syspath_prepend(str(sample.path.parent))
+    outcomes = []
+    for hooked in (False, True):
+        torch.manual_seed(0)
+        if hooked:
+            explainer.install()
+        try:
+            outcomes.append(capture(lambda: runpy.run_path(str(sample.path), run_name="__main__")))
+        finally:
+            explainer.uninstall()
+    plain, explained = outcomes
+    assert (type(explained), explained.args) == (type(plain), plain.args)
+    assert user_frames(explained) == user_frames(plain)
+    assert (repr(explained.__cause__), repr(explained.__context__)) == (repr(plain.__cause__), repr(plain.__context__))
+    assert explained.__suppress_context__ == plain.__suppress_context__
+    assert not hasattr(plain, "__notes__")
+    (note,) = explained.__notes__
+    assert sample.kind in note and f"`{sample.culprit}`" in note
+
+
+def test_graph_growth_is_only_a_warning_and_changes_nothing_else():
+    import runpy
+
+    import manifest
+
+    (sample,) = [s for s in manifest.samples() if s.kind == "graph-growth"]
+    sys.path.insert(0, str(sample.path.parent))
+    try:
+        explainer.install()
+        with pytest.warns(UserWarning, match="graph-growth") as caught:
+            runpy.run_path(str(sample.path), run_name="__main__")
+    finally:
+        explainer.uninstall()
+        sys.path.remove(str(sample.path.parent))
+    assert [w for w in caught if "graph-growth" in str(w.message)]
+
+
+def _hook_raising_from_a_cause():
+    leaf = torch.ones(2, requires_grad=True)
+    y = leaf * 2
+
+    def hook(grad):
+        try:
+            {}["missing"]
+        except KeyError as key_error:
+            raise ValueError("clipping failed") from key_error
+
+    y.register_hook(hook)
+    y.sum().backward()
+
+
+def _hook_raising_during_another_error():
+    leaf = torch.ones(2, requires_grad=True)
+    y = leaf * 2
+
+    def hook(grad):
+        try:
+            raise OSError("disk full")
+        except OSError:
+            raise RuntimeError("while logging the gradient")  # noqa: B904 - implicit __context__
+
+    y.register_hook(hook)
+    y.sum().backward()
+
+
+@pytest.mark.parametrize("scenario", [_hook_raising_from_a_cause, _hook_raising_during_another_error])
+def test_errors_raised_inside_backward_hooks_are_untouched(scenario):
+    plain = capture(scenario)
+    explainer.install()
+    try:
+        hooked = capture(scenario)
+    finally:
+        explainer.uninstall()
+    assert (type(hooked), hooked.args) == (type(plain), plain.args)
+    assert user_frames(hooked) == user_frames(plain)
+    assert (type(hooked.__cause__), getattr(hooked.__cause__, "args", None)) == \
+        (type(plain.__cause__), getattr(plain.__cause__, "args", None))
+    assert (type(hooked.__context__), hooked.__context__.args) == (type(plain.__context__), plain.__context__.args)
+    assert hooked.__suppress_context__ == plain.__suppress_context__
+    assert not hasattr(hooked, "__notes__")
