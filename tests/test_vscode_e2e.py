@@ -47,7 +47,29 @@ def write_notebook(path, source: str) -> int:
     return SAMPLE.culprit_row - loop
 
 
-def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path):
+def system_python() -> str | None:
+    """A Python without the server installed: with useBundled it runs the extension's copy."""
+    python = shutil.which("python3", path="/usr/bin:/usr/local/bin")
+    if python is None or subprocess.run([python, "-c", "import lsp_server"], capture_output=True,
+                                        cwd="/").returncode == 0:
+        return None
+    return python
+
+
+STRATEGIES = {
+    # the project's environment, where the server is installed
+    "fromEnvironment": lambda: sys.executable,
+    # a bare Python: only the server bundled in the .vsix can answer
+    "useBundled": system_python,
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
+    python = STRATEGIES[strategy]()
+    if python is None:
+        pytest.skip("no system Python without the server installed")
+    shots = SHOTS if strategy == "fromEnvironment" else SHOTS / strategy
     cache = subprocess.run(["bash", str(ROOT / "scripts" / "vscode_e2e_setup.sh")], capture_output=True, text=True,
                            timeout=1800)
     assert cache.returncode == 0, cache.stderr[-3000:]
@@ -65,7 +87,7 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path):
     workspace.mkdir()
     (data / "User" / "settings.json").write_text(json.dumps({
         "workbench.startupEditor": "none", "security.workspace.trust.enabled": False,
-        "backwardExplainer.interpreter": [sys.executable]}))
+        "backwardExplainer.interpreter": [python], "backwardExplainer.importStrategy": strategy}))
     shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
     notebook_row = write_notebook(workspace / "truncated_bptt.ipynb", SAMPLE.path.read_text())
     # Modules that would shadow the server's own if it ran from the workspace folder.
@@ -92,10 +114,10 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "code-server did not start"
                 time.sleep(0.5)
-        SHOTS.mkdir(parents=True, exist_ok=True)
+        shots.mkdir(parents=True, exist_ok=True)
         culprit_column = 10
         driven = subprocess.run([f"{cache_dir}/playwright/bin/python", str(ROOT / "tests" / "editors" / "vscode_drive.py"),
-                                 f"http://127.0.0.1:{port}", str(workspace), str(SHOTS), SAMPLE.path.name,
+                                 f"http://127.0.0.1:{port}", str(workspace), str(shots), SAMPLE.path.name,
                                  str(SAMPLE.culprit_row), str(culprit_column - 1), "truncated_bptt.ipynb"],
                                 capture_output=True, text=True, timeout=900)
         assert driven.returncode == 0, driven.stderr[-3000:]

@@ -4,7 +4,9 @@
 import { execFile } from "node:child_process";
 import * as vscode from "vscode";
 import { LanguageClient, LanguageClientOptions, ServerOptions } from "vscode-languageclient/node";
-import { chooseInterpreter, InterpreterChoice, needsRestart, serverCommand, serverSettings } from "./interpreter";
+import {
+  chooseInterpreter, importStrategy, InterpreterChoice, needsRestart, ServerCommand, serverCommand, serverSettings,
+} from "./interpreter";
 import { restartOn, ServerLifecycle } from "./lifecycle";
 
 const SECTION = "backwardExplainer";
@@ -46,13 +48,15 @@ async function launch(): Promise<LanguageClient | undefined> {
   if (choice.ignoredUntrusted) {
     output.warn(`Restricted mode: the workspace's interpreter ${JSON.stringify(choice.ignoredUntrusted)} is not used.`);
   }
-  output.info(`Python: ${choice.command.join(" ")} (${choice.source})`);
-  if (!(await hasServer(choice))) {
-    void offerInstall(choice);
+  const strategy = importStrategy(settings.get("importStrategy"));
+  const server = serverCommand(choice, extensionDirectory, strategy, process.env);
+  output.info(`Python: ${choice.command.join(" ")} (${choice.source}), ${strategy}`);
+  if (!(await hasServer(server))) {
+    void offerInstall(choice, strategy);
     return undefined;
   }
-  const { command, args, cwd } = serverCommand(choice, extensionDirectory);
-  const serverOptions: ServerOptions = { command, args, options: { cwd, env: process.env } };
+  const { command, args, cwd, env } = server;
+  const serverOptions: ServerOptions = { command, args, options: { cwd, env } };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [
       { scheme: "file", language: "python" },
@@ -77,24 +81,27 @@ async function launch(): Promise<LanguageClient | undefined> {
 }
 
 /** Whether the interpreter can import the server (a quick `python -c`, nothing of the workspace). */
-function hasServer(choice: InterpreterChoice): Promise<boolean> {
-  const [command, ...prefix] = choice.command;
+function hasServer(server: ServerCommand): Promise<boolean> {
+  const prefix = server.args.slice(0, -2); // without "-m lsp_server"
   return new Promise((resolve) => {
-    const options = { timeout: 20000, cwd: extensionDirectory }; // see serverCommand: never the workspace
-    execFile(command, [...prefix, "-c", "import lsp_server, pygls"], options, (error) => {
+    const options = { timeout: 20000, cwd: server.cwd, env: server.env };
+    execFile(server.command, [...prefix, "-c", "import lsp_server, pygls"], options, (error) => {
       if (error) {
-        output.warn(`${choice.command.join(" ")} cannot import lsp_server: ${error.message}`);
+        output.warn(`${[server.command, ...prefix].join(" ")} cannot import lsp_server: ${error.message}`);
       }
       resolve(!error);
     });
   });
 }
 
-async function offerInstall(choice: InterpreterChoice): Promise<void> {
+async function offerInstall(choice: InterpreterChoice, strategy: string): Promise<void> {
   const install = "Install backward-explainer";
+  const problem = strategy === "useBundled"
+    ? "cannot run the bundled server (Python 3.10 or newer is needed)"
+    : "does not have the package (or Python is missing)";
   const answer = await vscode.window.showErrorMessage(
-    `backward-explainer: ${choice.command.join(" ")} does not have the package (or Python is missing).`,
-    install, "Show Logs");
+    `backward-explainer: ${choice.command.join(" ")} ${problem}.`,
+    ...(strategy === "useBundled" ? [] : [install]), "Show Logs");
   if (answer === install) {
     const terminal = vscode.window.createTerminal("backward-explainer install");
     terminal.show();

@@ -44,18 +44,40 @@ export function chooseInterpreter(
   return { command: ["python3"], source: "default", ignoredUntrusted: ignored };
 }
 
+export type ImportStrategy = "fromEnvironment" | "useBundled";
+
 export interface ServerCommand {
   command: string;
   args: string[];
   /** Never the workspace: `python -m` puts the working directory first on sys.path, so a cloned
    * repository with its own `lsp_server/` or `pygls.py` would run inside the server. */
   cwd: string;
+  env: Record<string, string | undefined>;
 }
 
-/** How to run the server with `choice`; `safeDirectory` is the extension's own folder. */
-export function serverCommand(choice: InterpreterChoice, safeDirectory: string): ServerCommand {
+/**
+ * How to run the server with `choice`. `extensionDirectory` is the extension's own folder; with
+ * `useBundled`, its `bundled/libs` (the server and its pure-Python dependencies, built by
+ * bundle_server.py) go first on PYTHONPATH, so any Python 3.10+ runs it with nothing installed.
+ */
+export function serverCommand(
+  choice: InterpreterChoice,
+  extensionDirectory: string,
+  strategy: ImportStrategy,
+  environment: Record<string, string | undefined>,
+): ServerCommand {
   const [command, ...prefix] = choice.command;
-  return { command, args: [...prefix, "-m", "lsp_server"], cwd: safeDirectory };
+  const env = { ...environment };
+  if (strategy === "useBundled") {
+    const bundled = `${extensionDirectory}/bundled/libs`;
+    const separator = process.platform === "win32" ? ";" : ":";
+    env.PYTHONPATH = env.PYTHONPATH ? `${bundled}${separator}${env.PYTHONPATH}` : bundled;
+  }
+  return { command, args: [...prefix, "-m", "lsp_server"], cwd: extensionDirectory, env };
+}
+
+export function importStrategy(value: unknown): ImportStrategy {
+  return value === "useBundled" ? "useBundled" : "fromEnvironment";
 }
 
 export interface ServerSettings {

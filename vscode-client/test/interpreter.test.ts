@@ -1,6 +1,6 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
-import { chooseInterpreter, needsRestart, serverCommand, serverSettings } from "../src/interpreter";
+import { chooseInterpreter, importStrategy, needsRestart, serverCommand, serverSettings } from "../src/interpreter";
 
 test("the setting wins, then the Python extension, then python3", () => {
   assert.deepEqual(chooseInterpreter({ globalValue: ["/opt/py/bin/python"] }, true, "/env/bin/python").command, ["/opt/py/bin/python"]);
@@ -43,6 +43,18 @@ test("only the interpreter and import strategy need a restart", () => {
 
 test("the server runs from the extension's folder, never the workspace, with the chosen interpreter", () => {
   const choice = chooseInterpreter({ globalValue: ["/usr/bin/env", "python3"] }, true, undefined);
-  assert.deepEqual(serverCommand(choice, "/home/u/.vscode/extensions/backward-explainer"), {
-    command: "/usr/bin/env", args: ["python3", "-m", "lsp_server"], cwd: "/home/u/.vscode/extensions/backward-explainer" });
+  const server = serverCommand(choice, "/ext/backward-explainer", "fromEnvironment", { PATH: "/usr/bin" });
+  assert.deepEqual(server, {
+    command: "/usr/bin/env", args: ["python3", "-m", "lsp_server"], cwd: "/ext/backward-explainer", env: { PATH: "/usr/bin" } });
+});
+
+test("useBundled puts the bundled libraries first on PYTHONPATH, before the user's", () => {
+  const choice = chooseInterpreter({}, true, "/env/bin/python");
+  assert.equal(serverCommand(choice, "/ext", "useBundled", {}).env.PYTHONPATH, "/ext/bundled/libs");
+  assert.equal(serverCommand(choice, "/ext", "useBundled", { PYTHONPATH: "/mine" }).env.PYTHONPATH,
+    process.platform === "win32" ? "/ext/bundled/libs;/mine" : "/ext/bundled/libs:/mine");
+  assert.equal(serverCommand(choice, "/ext", "fromEnvironment", { PYTHONPATH: "/mine" }).env.PYTHONPATH, "/mine");
+  assert.equal(importStrategy("useBundled"), "useBundled");
+  assert.equal(importStrategy("bogus"), "fromEnvironment");
+  assert.equal(importStrategy(undefined), "fromEnvironment");
 });
