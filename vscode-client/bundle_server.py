@@ -36,10 +36,17 @@ def main() -> None:
     pinned = [f"{name}=={metadata.version(name)}" for name in REQUIREMENTS] + ["exceptiongroup>=1.1.1"]
     pip("install", "--target", str(TARGET), "--only-binary=:all:", "--python-version", OLDEST_PYTHON,
         "--implementation", "py", "--no-compile", *pinned)
-    with tempfile.TemporaryDirectory() as wheels:
-        # Our own package as a wheel (a plain copy of the sources), without its torch dependency.
-        pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", wheels, str(PROJECT))
-        (wheel,) = Path(wheels).glob("*.whl")
+    with tempfile.TemporaryDirectory() as scratch:
+        # Our own package as a wheel, without its torch dependency, built from a copy of the
+        # sources: setuptools would leave a build/ folder in the project, and reuse it next time.
+        source, wheels = Path(scratch) / "source", Path(scratch) / "wheels"
+        source.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(PROJECT / name, source / name)
+        for package in ("explainer", "lsp_server"):
+            shutil.copytree(PROJECT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+        pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source))
+        (wheel,) = wheels.glob("*.whl")
         pip("install", "--target", str(TARGET), "--no-deps", "--no-compile", str(wheel))
     for leftover in [*TARGET.glob("bin"), *TARGET.rglob("__pycache__")]:
         shutil.rmtree(leftover, ignore_errors=True)
