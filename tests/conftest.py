@@ -18,6 +18,27 @@ sys.path.insert(0, str(SAMPLES))
 os.environ["EXPLAINER_HANDOFF"] = "0"
 
 
+def without_and_with_hooks(scenario) -> list:
+    """`scenario()` run twice, seeded alike: without the explainer's hooks, then with them. Each
+    outcome is what it returned, or the exception it raised."""
+    import torch
+
+    import explainer
+
+    outcomes = []
+    for hooked in (False, True):
+        torch.manual_seed(0)
+        if hooked:
+            explainer.install()
+        try:
+            outcomes.append(scenario())
+        except Exception as error:  # noqa: BLE001 - the outcome being compared
+            outcomes.append(error)
+        finally:
+            explainer.uninstall()
+    return outcomes
+
+
 @dataclass
 class Run:
     returncode: int

@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.data import DataLoader, Dataset
 
 import explainer
+from conftest import without_and_with_hooks
 
 
 class Windows(Dataset):
@@ -64,24 +65,8 @@ def batches(workers: int = 0, context: str | None = None):
     return list(DataLoader(Windows(), batch_size=4, num_workers=workers, multiprocessing_context=context))
 
 
-def run_both(scenario):
-    """`scenario()` without the hooks, then with them: (result or error) for each."""
-    outcomes = []
-    for hooked in (False, True):
-        torch.manual_seed(0)
-        if hooked:
-            explainer.install()
-        try:
-            outcomes.append(scenario())
-        except RuntimeError as error:
-            outcomes.append(error)
-        finally:
-            explainer.uninstall()
-    return outcomes
-
-
 def assert_same_training(scenario) -> None:
-    plain, hooked = run_both(scenario)
+    plain, hooked = without_and_with_hooks(scenario)
     assert not isinstance(plain, BaseException) and not isinstance(hooked, BaseException), (plain, hooked)
     assert all(torch.equal(a, b) for a, b in zip(plain, hooked, strict=True))
 
@@ -91,7 +76,7 @@ def frames(error: BaseException) -> list[tuple[str, str]]:
 
 
 def assert_same_error(scenario, explained: bool = True) -> None:
-    plain, hooked = run_both(scenario)
+    plain, hooked = without_and_with_hooks(scenario)
     assert isinstance(plain, RuntimeError) and isinstance(hooked, RuntimeError), (plain, hooked)
     assert (type(hooked), hooked.args) == (type(plain), plain.args)
     assert frames(hooked) == frames(plain)

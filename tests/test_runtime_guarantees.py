@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import explainer
+from conftest import without_and_with_hooks
 from explainer.render.text import RULE
 from explainer.runtime import analysis, hooks, journal
 
@@ -231,21 +232,11 @@ def _one_sample_per_kind() -> list:
 
 
 @pytest.mark.parametrize("sample", _one_sample_per_kind(), ids=lambda s: s.kind)
-def test_every_kind_keeps_type_args_frames_cause_and_context(sample, monkeypatch):
+def test_every_kind_keeps_type_args_frames_cause_and_context(sample):
     """The real samples, run in this process without and with the hooks."""
     import runpy
 
-    monkeypatch.syspath_prepend(str(sample.path.parent))
-    outcomes = []
-    for hooked in (False, True):
-        torch.manual_seed(0)
-        if hooked:
-            explainer.install()
-        try:
-            outcomes.append(capture(lambda: runpy.run_path(str(sample.path), run_name="__main__")))
-        finally:
-            explainer.uninstall()
-    plain, explained = outcomes
+    plain, explained = without_and_with_hooks(lambda: runpy.run_path(str(sample.path), run_name="__main__"))
     assert (type(explained), explained.args) == (type(plain), plain.args)
     assert user_frames(explained) == user_frames(plain)
     assert (repr(explained.__cause__), repr(explained.__context__)) == (repr(plain.__cause__), repr(plain.__context__))
@@ -302,12 +293,7 @@ def _hook_raising_during_another_error():
 
 @pytest.mark.parametrize("scenario", [_hook_raising_from_a_cause, _hook_raising_during_another_error])
 def test_errors_raised_inside_backward_hooks_are_untouched(scenario):
-    plain = capture(scenario)
-    explainer.install()
-    try:
-        hooked = capture(scenario)
-    finally:
-        explainer.uninstall()
+    plain, hooked = without_and_with_hooks(scenario)
     assert (type(hooked), hooked.args) == (type(plain), plain.args)
     assert user_frames(hooked) == user_frames(plain)
     assert (type(hooked.__cause__), getattr(hooked.__cause__, "args", None)) == \

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from lsp_wire import WireClient
 
-from conftest import ROOT
 from explainer import handoff
 from explainer.static import editor
 from lsp_server.jupyterlab import spec

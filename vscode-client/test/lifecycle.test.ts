@@ -46,43 +46,44 @@ function fakeServers(options: { failFirstStart?: boolean } = {}) {
   return { log, launch, running: () => running, maxRunning: () => maxRunning };
 }
 
-function vscodeFakes() {
-  return {
+/** The extension's wiring (activate's restartOn) against fake VS Code and Python-extension
+ * events, with fake servers. `pythonExtension: false` leaves out the environment event. */
+function wired(options: { pythonExtension?: boolean } = {}) {
+  const servers = fakeServers();
+  const lifecycle = new ServerLifecycle(servers.launch, (error) => assert.fail(String(error)));
+  const fakes = {
     configuration: new Emitter<{ affectsConfiguration(section: string): boolean }>(),
     trust: new Emitter<void>(),
     environment: new Emitter<unknown>(),
   };
+  const restarts: Promise<void>[] = [];
+  const subscriptions = restartOn({
+    configurationChanged: fakes.configuration.event,
+    trustGranted: fakes.trust.event,
+    environmentChanged: options.pythonExtension === false ? undefined : fakes.environment.event,
+  }, needsRestart, () => restarts.push(lifecycle.restart()));
+  return { servers, lifecycle, fakes, subscriptions, restarted: () => Promise.all(restarts) };
 }
 
 test("an environment change from the Python extension restarts the server with the new interpreter", async () => {
-  const servers = fakeServers();
-  const lifecycle = new ServerLifecycle(servers.launch, (error) => assert.fail(String(error)));
-  const fakes = vscodeFakes();
-  const restarts: Promise<void>[] = [];
-  restartOn({ configurationChanged: fakes.configuration.event, trustGranted: fakes.trust.event,
-    environmentChanged: fakes.environment.event }, needsRestart, () => restarts.push(lifecycle.restart()));
+  const { servers, lifecycle, fakes, restarted } = wired();
   await lifecycle.start();
   fakes.environment.fire({ id: "/envs/new/bin/python", path: "/envs/new/bin/python" });
-  await Promise.all(restarts);
+  await restarted();
   assert.deepEqual(servers.log, ["start 1", "stop 1", "start 2"]);
   assert.equal(lifecycle.server?.id, 2);
   assert.equal(servers.running(), 1);
 });
 
 test("a burst of environment changes leaves one server, never two at once", async () => {
-  const servers = fakeServers();
-  const lifecycle = new ServerLifecycle(servers.launch, (error) => assert.fail(String(error)));
-  const fakes = vscodeFakes();
-  const restarts: Promise<void>[] = [];
-  restartOn({ configurationChanged: fakes.configuration.event, trustGranted: fakes.trust.event,
-    environmentChanged: fakes.environment.event }, needsRestart, () => restarts.push(lifecycle.restart()));
+  const { servers, lifecycle, fakes, restarted } = wired();
   const starting = lifecycle.start();
   for (let i = 0; i < 5; i++) {
     fakes.environment.fire({ path: `/envs/${i}/bin/python` });
   }
   await starting;
   fakes.environment.fire({ path: "/envs/last/bin/python" }); // while the merged restart runs
-  await Promise.all(restarts);
+  await restarted();
   assert.equal(servers.maxRunning(), 1);
   assert.equal(servers.running(), 1);
   // The five changes during start-up merge into one restart; the one after it needs its own.
@@ -90,20 +91,15 @@ test("a burst of environment changes leaves one server, never two at once", asyn
 });
 
 test("only interpreter settings and granted trust restart; other settings reach the server live", async () => {
-  const servers = fakeServers();
-  const lifecycle = new ServerLifecycle(servers.launch, (error) => assert.fail(String(error)));
-  const fakes = vscodeFakes();
-  const restarts: Promise<void>[] = [];
-  restartOn({ configurationChanged: fakes.configuration.event, trustGranted: fakes.trust.event },
-    needsRestart, () => restarts.push(lifecycle.restart()));
+  const { servers, lifecycle, fakes, restarted } = wired({ pythonExtension: false });
   assert.equal(fakes.environment.subscribed, 0); // no Python extension: nothing to listen to
   await lifecycle.start();
   fakes.configuration.fire({ affectsConfiguration: (s) => s === "backwardExplainer.severity" || s === "backwardExplainer" });
-  await Promise.all(restarts);
+  await restarted();
   assert.deepEqual(servers.log, ["start 1"]);
   fakes.configuration.fire({ affectsConfiguration: (s) => s.startsWith("backwardExplainer") });
   fakes.trust.fire();
-  await Promise.all(restarts);
+  await restarted();
   assert.deepEqual(servers.log, ["start 1", "stop 1", "start 2"]); // two triggers, one merged restart
 });
 
@@ -123,11 +119,7 @@ test("a server that fails to start is reported, and the next restart still works
 });
 
 test("disposing the subscriptions stops the restarts", async () => {
-  const servers = fakeServers();
-  const lifecycle = new ServerLifecycle(servers.launch, (error) => assert.fail(String(error)));
-  const fakes = vscodeFakes();
-  const subscriptions = restartOn({ configurationChanged: fakes.configuration.event, trustGranted: fakes.trust.event,
-    environmentChanged: fakes.environment.event }, needsRestart, () => lifecycle.restart());
+  const { servers, lifecycle, fakes, subscriptions } = wired();
   await lifecycle.start();
   subscriptions.forEach((s) => s.dispose());
   fakes.environment.fire({});
