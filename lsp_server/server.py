@@ -4,18 +4,30 @@ Handlers only translate. The checker runs in a worker thread after a short debou
 edit cancels the pending check, and a result is published only if its document version is still
 the latest. Positions go through pygls's codec, so columns are in the client's units (UTF-16
 unless the client negotiated another encoding).
+
+Where pygls leaves a client waiting or the process hanging, `ExplainerProtocol` and `Resync`
+answer instead (tests/test_lsp_abuse.py): a request pygls cannot read gets InvalidParams, one
+after `shutdown` (or a second `initialize`) gets InvalidRequest, `exit` ends the process at
+once, and a bad Content-Length costs one message rather than the rest of the stream. Documents
+over MAX_CHECK_CHARS are not checked.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import re
+import sys
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls import uris
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import RPCRequest
+from pygls.protocol.language_server import lsp_method
 from pygls.workspace.position_codec import ServerTextPosition, ServerTextRange
 from pygls.workspace.text_document import TextDocument
 
@@ -29,6 +41,10 @@ SOURCE = "backward-explainer"
 FIX_ALL_KIND = types.CodeActionKind.SourceFixAll + ".backward-explainer"
 DEBOUNCE_S = 0.005
 FINDINGS_POLL_S = 0.5
+# Larger documents are not checked (their diagnostics are cleared, and the log says why): parsing
+# holds the GIL, about 0.5 s per MB of code, so a 20 MB file left every request waiting 10 s and
+# took the server to 2.8 GB. 1,000,000 characters is some 45,000 lines of ordinary code.
+MAX_CHECK_CHARS = 1_000_000
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
@@ -46,6 +62,55 @@ class Checked:
     diagnostics: list[Diagnostic]
 
 
+class ExplainerProtocol(LanguageServerProtocol):
+    """pygls's protocol, answering where pygls stays silent."""
+
+    def structure_message(self, data):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as error:
+            # pygls logs a request whose params it cannot read and drops it: the client would
+            # wait for the answer forever. Answer it (InvalidParams) when it has a usable id.
+            if "method" in data and type(data.get("id")) in (int, str):
+                self._send_response(data["id"], error=error.to_response_error())
+            raise
+
+    def handle_message(self, message) -> None:
+        # After `shutdown` pygls ignores requests; LSP says they get InvalidRequest. So does a
+        # second `initialize` (LSP: "only once"), which pygls obeyed by forgetting every document.
+        if isinstance(message, RPCRequest) and message.method != types.EXIT and (
+                self._shutdown or (message.method == types.INITIALIZE and self._workspace is not None)):
+            why = "the server is shutting down" if self._shutdown else "the server is already initialized"
+            self._send_response(message.id, error=JsonRpcInvalidRequest(f"{message.method}: {why}").to_response_error())
+            return
+        super().handle_message(message)
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args) -> None:
+        # End now: sys.exit (pygls's way) waits for checks still running in worker threads
+        # (3.6 s after a 150,000-line file). Every message is flushed as it is written.
+        os._exit(0 if self._shutdown else 1)
+
+
+class Resync:
+    """stdin as pygls reads it, but finding its place again after a bad Content-Length: a header
+    line that follows the leftovers of a message is read as that header. pygls only accepts a
+    header at the start of a line, so one wrong length lost every later message."""
+
+    HEADER = re.compile(rb"Content-Length: \d+\r\n$")
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def readline(self) -> bytes:
+        line = self.stream.readline()
+        found = self.HEADER.search(line)
+        return found.group(0) if found else line
+
+    def read(self, size: int) -> bytes:
+        return self.stream.read(size)
+
+
 class ExplainerServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__(
@@ -56,13 +121,18 @@ class ExplainerServer(LanguageServer):
                     notebook="jupyter-notebook", cells=[types.NotebookCellLanguage(language="python")])],
                 save=True,
             ),
+            protocol_cls=ExplainerProtocol,
         )
+        self.too_large: set[str] = set()  # documents not checked for their size, logged once
         self.settings = editor.Settings()
         self.checked: dict[str, Checked] = {}  # by same_uri() of a document or cell
         self.pending: dict[str, asyncio.Task] = {}  # by document or notebook URI
         self.runtime_entries: list[dict] = []  # from explainer.handoff's findings files
         self.findings_seen: dict[str, float | None] = {}  # findings file -> mtime last read
         self.watcher: asyncio.Task | None = None
+
+    def start_io(self, stdin=None, stdout=None) -> None:
+        super().start_io(Resync(stdin or sys.stdin.buffer), stdout)
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -101,6 +171,9 @@ class ExplainerServer(LanguageServer):
             return
         version, text, settings = document.version, document.source, self.settings
         path = document.path or uri
+        if self.over_limit(uri, len(text)):
+            self.publish(document, [], settings)
+            return
         found = await asyncio.to_thread(editor.check_document, text, path, settings)
         current = self.opened(uri)
         if found is None or current is None or current.version != version:
@@ -116,6 +189,10 @@ class ExplainerServer(LanguageServer):
         settings = self.settings
         path = uris.to_fs_path(notebook.uri) or notebook.uri
         sources = [d.source for d in documents]
+        if self.over_limit(notebook.uri, sum(map(len, sources))):
+            for document in documents:
+                self.publish(document, [], settings)
+            return
         found = await asyncio.to_thread(editor.check_cells, sources, path, settings)
         latest = [getattr(self.opened(d.uri), "version", None) for d in documents]
         if latest != versions:
@@ -123,6 +200,16 @@ class ExplainerServer(LanguageServer):
         runtime = editor.runtime_cell_diagnostics(self.runtime_entries, sources, path)
         for document, diagnostics, from_runs in zip(documents, found, runtime):
             self.publish(document, diagnostics + from_runs, settings)
+
+    def over_limit(self, uri: str, size: int) -> bool:
+        if size <= MAX_CHECK_CHARS:
+            self.too_large.discard(uri)
+            return False
+        if uri not in self.too_large:
+            self.too_large.add(uri)
+            self.log(types.MessageType.Warning, f"{uri} is not checked: {size:,} characters, more than "
+                     f"{MAX_CHECK_CHARS:,} (`explainer check` checks it)")
+        return True
 
     def publish(self, document: TextDocument, found: list[Diagnostic], settings: editor.Settings) -> None:
         self.checked[same_uri(document.uri)] = Checked(document.version, found)
