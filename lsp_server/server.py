@@ -8,8 +8,9 @@ unless the client negotiated another encoding).
 Where pygls leaves a client waiting or the process hanging, `ExplainerProtocol` and `Resync`
 answer instead (tests/test_lsp_abuse.py): a request pygls cannot read gets InvalidParams, one
 after `shutdown` (or a second `initialize`) gets InvalidRequest, `exit` ends the process at
-once, and a bad Content-Length costs one message rather than the rest of the stream. Documents
-over MAX_CHECK_CHARS are not checked.
+once, and a bad Content-Length costs one message rather than the rest of the stream. pygls's
+per-notification futures are let go (tests/test_lsp_load.py), and documents over
+MAX_CHECK_CHARS are not checked.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import logging
 import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -45,6 +47,12 @@ FINDINGS_POLL_S = 0.5
 # holds the GIL, about 0.5 s per MB of code, so a 20 MB file left every request waiting 10 s and
 # took the server to 2.8 GB. 1,000,000 characters is some 45,000 lines of ordinary code.
 MAX_CHECK_CHARS = 1_000_000
+# Checks run one at a time, in this thread. The checker links and then clears attributes on AST
+# nodes, and CPython shares some nodes (Load, Store, Add, ...) between every tree: two checks at
+# once (asyncio.to_thread's pool ran up to six, most of them for versions already superseded)
+# failed with "'Load' object has no attribute '_owner'" and published nothing. One thread also
+# lets a superseded check that has not started be cancelled, instead of competing for the GIL.
+CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backward-explainer-check")
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
@@ -74,6 +82,17 @@ class ExplainerProtocol(LanguageServerProtocol):
             if "method" in data and type(data.get("id")) in (int, str):
                 self._send_response(data["id"], error=error.to_response_error())
             raise
+
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None) -> None:
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+        # pygls files the future of a generator or async handler under `msg_id` (for a
+        # notification, a made-up one) and forgets it there unless it answers a request: one
+        # Future per didChange, 1,000 more every 20 s of typing. A finished one can't be
+        # cancelled, so it goes when it is done.
+        future = self._request_futures.get(msg_id)
+        if future is not None:
+            future.add_done_callback(
+                lambda done: self._request_futures.pop(msg_id) if self._request_futures.get(msg_id) is done else None)
 
     def handle_message(self, message) -> None:
         # After `shutdown` pygls ignores requests; LSP says they get InvalidRequest. So does a
@@ -174,7 +193,7 @@ class ExplainerServer(LanguageServer):
         if self.over_limit(uri, len(text)):
             self.publish(document, [], settings)
             return
-        found = await asyncio.to_thread(editor.check_document, text, path, settings)
+        found = await in_checker(editor.check_document, text, path, settings)
         current = self.opened(uri)
         if found is None or current is None or current.version != version:
             return  # mid-typing syntax error: keep what is shown; or a newer edit wins
@@ -193,7 +212,7 @@ class ExplainerServer(LanguageServer):
             for document in documents:
                 self.publish(document, [], settings)
             return
-        found = await asyncio.to_thread(editor.check_cells, sources, path, settings)
+        found = await in_checker(editor.check_cells, sources, path, settings)
         latest = [getattr(self.opened(d.uri), "version", None) for d in documents]
         if latest != versions:
             return  # a cell changed meanwhile: its own check is scheduled
@@ -258,6 +277,10 @@ class ExplainerServer(LanguageServer):
     def diagnostics_at(self, uri: str) -> list[Diagnostic]:
         checked = self.checked.get(same_uri(uri))
         return checked.diagnostics if checked is not None else []
+
+
+def in_checker(function, *args):
+    return asyncio.get_running_loop().run_in_executor(CHECKER, function, *args)
 
 
 def same_uri(uri: str) -> str:
@@ -394,7 +417,7 @@ def notebook_did_close(ls: ExplainerServer, params: types.DidCloseNotebookDocume
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
     code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=False))
-def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+async def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     document = ls.opened(uri)
     if document is None:
@@ -415,8 +438,9 @@ def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> list[typ
                 is_preferred=True,
                 edit=edit))
     if _asked_for(FIX_ALL_KIND, wanted) and ls.workspace.get_notebook_document(cell_uri=uri) is None:
-        fixed = editor.fix_all(document.source, document.path or uri, ls.settings)
-        if fixed is not None:
+        version = document.version
+        fixed = await in_checker(editor.fix_all, document.source, document.path or uri, ls.settings)
+        if fixed is not None and getattr(ls.opened(uri), "version", None) == version:  # else it's stale
             whole = types.Range(start=types.Position(0, 0), end=types.Position(len(document.lines), 0))
             actions.append(types.CodeAction(
                 title="Fix all backward-explainer problems in this file", kind=FIX_ALL_KIND,
