@@ -52,10 +52,34 @@ def load(filename: str) -> Source | None:
     return _parse(filename, "".join(lines))
 
 
+# How deeply a checked file's AST may nest. Brackets nest at most 200 deep and blocks 100 (the
+# tokenizer's limits), but chains do not bracket: `a + a + ...`, `x.f().g()...`, `a[0][0]...`,
+# `-(-...)` parse up to about 3 x sys.getrecursionlimit() levels, and the rules and ast.unparse
+# recurse along them. Real code stays far below: 9,000 files of this environment's site-packages
+# (torch, sympy, numpy, jedi, ...) nest at most 569 levels (a generated sympy table), 99.9% under
+# 100. Deeper files are refused with a clear "cannot parse" line rather than checked slowly or
+# crashed on; the rules run with recursion headroom for this depth (see `recursion_headroom`).
+MAX_DEPTH = 1000
+
+
+def parse_tree(text: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """ast.parse, with the parser's own "too deep" failures (RecursionError during AST
+    construction, MemoryError from its stack, e.g. 3,000 unary minuses) raised as SyntaxError,
+    like every other source it refuses."""
+    try:
+        return ast.parse(text, filename, mode)
+    except (RecursionError, MemoryError) as error:
+        raise SyntaxError(f"too deeply nested for Python's parser ({type(error).__name__})") from None
+
+
 def parse(filename: str, text: str) -> Source:
-    """Parse `text` as `filename`; raises SyntaxError / ValueError for code that does not parse."""
-    tree = ast.parse(text, filename)
-    _link_parents(tree)
+    """Parse `text` as `filename`; raises SyntaxError / ValueError for code that does not parse,
+    or that nests deeper than MAX_DEPTH."""
+    tree = parse_tree(text, filename)
+    depth = _link_parents(tree)
+    if depth > MAX_DEPTH:
+        dispose(tree)
+        raise SyntaxError(f"nested too deeply to check ({depth} levels; the limit is {MAX_DEPTH})")
     tree._filename, tree._text = filename, text  # type: ignore[attr-defined]
     return Source(filename, text, split_lines(text), tree)
 
@@ -63,7 +87,7 @@ def parse(filename: str, text: str) -> Source:
 @lru_cache(maxsize=64)
 def _parse(filename: str, text: str) -> Source | None:
     try:
-        tree = ast.parse(text, filename)
+        tree = parse_tree(text, filename)
     except (SyntaxError, ValueError):
         return None
     _link_parents(tree)
@@ -80,9 +104,10 @@ def split_lines(text: str) -> tuple[str, ...]:
     return tuple(_LINE.findall(text))
 
 
-def _link_parents(tree: ast.AST) -> None:
+def _link_parents(tree: ast.AST) -> int:
     """One breadth-first pass (what ast.walk visits, without its generators' cost): every node
-    learns its parent, the module lists all its nodes, and each scope its own nodes."""
+    learns its parent, the module lists all its nodes, and each scope its own nodes. Returns the
+    tree's depth (breadth first, the last node listed is a deepest one)."""
     nodes = [tree]
     own: dict[int, list[ast.AST]] = {id(tree): []}
     scope_types = _SCOPES
@@ -114,6 +139,11 @@ def _link_parents(tree: ast.AST) -> None:
         found = own.get(id(node))
         if found is not None:
             node._own_nodes = tuple(found)  # type: ignore[attr-defined]
+    depth, node = 1, nodes[-1]
+    while node is not tree:
+        node = node._parent
+        depth += 1
+    return depth
 
 
 def dispose(tree: ast.Module) -> None:
@@ -148,26 +178,65 @@ def ancestors(node: ast.AST):
 
 
 def canonical(expression: str | ast.AST) -> str:
-    """One spelling per expression: `cache["prev"]` and `cache['prev']` compare equal."""
+    """One spelling per expression: `cache["prev"]` and `cache['prev']` compare equal (it is
+    ast.unparse's spelling)."""
     if isinstance(expression, str):
         return _canonical_text(expression)
     # Rules ask for the same nodes' spelling many times; unparsing is the checker's hot spot.
     spelled = getattr(expression, "_canonical", None)
+    if spelled is not None:
+        return spelled
+    # A chain of trailers (`x.detach()[0].h`) is spelled link by link from its innermost end,
+    # each link remembered, without recursion: unparsing every link of a long chain whole was
+    # quadratic (a 300-link chain took 2 s), and ast.unparse recursed once per link.
+    chain = []
+    node = expression
+    while spelled is None and _trailer_of(node) is not None:
+        chain.append(node)
+        node = _trailer_of(node)
+        spelled = getattr(node, "_canonical", None)
     if spelled is None:
-        if isinstance(expression, ast.Name):
-            spelled = expression.id
-        elif isinstance(expression, ast.Attribute) and isinstance(expression.value, (ast.Name, ast.Attribute)):
-            spelled = f"{canonical(expression.value)}.{expression.attr}"
-        else:
-            spelled = ast.unparse(expression)
-        expression._canonical = spelled  # type: ignore[attr-defined]
+        spelled = node.id if isinstance(node, ast.Name) else ast.unparse(node)
+        node._canonical = spelled  # type: ignore[attr-defined]
+    for link in reversed(chain):
+        spelled = _spell_link(link, spelled)
+        link._canonical = spelled  # type: ignore[attr-defined]
     return spelled
+
+
+_PRIMARY = (ast.Name, ast.Attribute, ast.Subscript, ast.Call)
+
+
+def _trailer_of(node: ast.AST) -> ast.expr | None:
+    """What `node` (`a.b`, `a[i]`, `a(x)`) trails, when that is spelled without parentheses."""
+    if isinstance(node, (ast.Attribute, ast.Subscript)):
+        inner = node.value
+    elif isinstance(node, ast.Call):
+        inner = node.func
+    else:
+        return None
+    return inner if isinstance(inner, _PRIMARY) else None
+
+
+def _spell_link(node: ast.AST, inner: str) -> str:
+    """ast.unparse's spelling of a trailer whose inner part is spelled `inner`."""
+    if isinstance(node, ast.Attribute):
+        return f"{inner}.{node.attr}"
+    if isinstance(node, ast.Subscript):
+        index = node.slice
+        if isinstance(index, ast.Tuple) and index.elts:  # `a[i, j]`, `a[i,]`: no parentheses
+            items = [canonical(e) for e in index.elts]
+            return f"{inner}[{', '.join(items)}{',' if len(items) == 1 else ''}]"
+        return f"{inner}[{canonical(index)}]"
+    arguments = [canonical(a) for a in node.args]
+    arguments += [f"{k.arg}={canonical(k.value)}" if k.arg else f"**{canonical(k.value)}" for k in node.keywords]
+    return f"{inner}({', '.join(arguments)})"
 
 
 @lru_cache(maxsize=4096)
 def _canonical_text(expression: str) -> str:
     try:
-        return canonical(ast.parse(expression, mode="eval").body)
+        return canonical(parse_tree(expression, mode="eval").body)
     except SyntaxError:
         return expression
 

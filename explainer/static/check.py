@@ -2,11 +2,13 @@
 notebooks as one module of their code cells, and `--fix`."""
 from __future__ import annotations
 
-import ast
 import io
 import re
+import sys
+import threading
 import tokenize
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,12 +45,13 @@ def check_text(text: str, filename: str, select: Iterable[str] | None = None,
                ignore: Iterable[str] | None = None) -> list[Diagnostic]:
     """Diagnostics for one file's text. Raises SyntaxError/ValueError when it does not parse."""
     if not _MAY_TRAIN.search(text):
-        ast.parse(text, filename)  # every rule needs a backward call or a module's forward
+        src.parse_tree(text, filename)  # every rule needs a backward call or a module's forward
         return []
-    module = CheckedModule(src.parse(filename, text))
+    module = CheckedModule(src.parse(filename, text))  # at most src.MAX_DEPTH deep
     wanted = [r for r in RULES if _enabled(r.CODE, select, ignore)]
     try:
-        found = [d for rule in wanted for d in rule.check(module)]
+        with recursion_headroom():
+            found = [d for rule in wanted for d in rule.check(module)]
         found = [d for d in found if not _suppressed(d, module.source)]
     finally:
         src.dispose(module.tree)  # diagnostics are plain data: nothing refers to the tree now
@@ -56,43 +59,86 @@ def check_text(text: str, filename: str, select: Iterable[str] | None = None,
     return sorted(unique.values(), key=lambda d: (d.location.row, d.location.column, d.code))
 
 
+# Recursion the rules may need beyond the caller's own frames: ast.unparse takes three frames per
+# level of a tree at most src.MAX_DEPTH deep, the rules' own recursion is bounded (has_history
+# follows 8 steps). Python 3.11 runs Python-to-Python calls without growing the C stack, so a
+# higher limit for these frames is safe (tests/test_fuzz.py checks every chain shape at the cap,
+# in a worker thread too, as the language server runs checks).
+_HEADROOM = 5 * src.MAX_DEPTH
+_headroom_lock = threading.Lock()
+_headroom_users = 0
+_limit_before: int | None = None
+
+
+@contextmanager
+def recursion_headroom():
+    """sys.setrecursionlimit raised for the rules while any thread runs them, then put back."""
+    global _headroom_users, _limit_before
+    with _headroom_lock:
+        if _headroom_users == 0:
+            _limit_before = sys.getrecursionlimit()
+            sys.setrecursionlimit(_limit_before + _HEADROOM)
+        _headroom_users += 1
+    try:
+        yield
+    finally:
+        with _headroom_lock:
+            _headroom_users -= 1
+            if _headroom_users == 0 and sys.getrecursionlimit() == _limit_before + _HEADROOM:
+                sys.setrecursionlimit(_limit_before)
+
+
 def check_paths(paths: Iterable[str], select=None, ignore=None, fix: bool = False) -> Report:
     report = Report()
     for path in _files(paths, report):
         try:
-            raw = _read(path)
-        except (OSError, UnicodeDecodeError, SyntaxError) as error:
-            report.errors.append(f"{path}: cannot read: {error}")
-            continue
-        if path.suffix == ".ipynb":
-            _check_notebook(path, raw, report, select, ignore, fix)
-            continue
-        try:
-            if fix:
-                raw = _fix_file(path, raw, report, select, ignore, lambda text: text)
-            found = check_text(raw, str(path), select, ignore)
-        except (SyntaxError, ValueError) as error:
-            report.errors.append(f"{path}: cannot parse: {error}")
-            continue
-        if found:
-            report.diagnostics.extend(found)
-            report.lines[(str(path), None)] = list(src.split_lines(raw))  # the rows the AST counts
+            _check_file(path, report, select, ignore, fix)
+        except Exception as error:  # noqa: BLE001 (the one per-file boundary: report, go on)
+            # A checker bug must not cost the other files their check; it is an internal error
+            # (exit code 2), named with the file so it can be reported (tests/test_fuzz.py fails
+            # on any of these).
+            report.errors.append(f"{path}: internal error: {type(error).__name__}: {_one_line(error)}")
     return report
+
+
+def _check_file(path: Path, report: Report, select, ignore, fix: bool) -> None:
+    try:
+        raw = _read(path)
+    except (OSError, UnicodeError, SyntaxError) as error:  # UnicodeError: also the punycode codec's
+        report.errors.append(f"{path}: cannot read: {_one_line(error)}")
+        return
+    if path.suffix == ".ipynb":
+        _check_notebook(path, raw, report, select, ignore, fix)
+        return
+    try:
+        if fix:
+            raw = _fix_file(path, raw, report, select, ignore, lambda text: text)
+        found = check_text(raw, str(path), select, ignore)
+    except (SyntaxError, ValueError) as error:
+        report.errors.append(f"{path}: cannot parse: {_one_line(error)}")
+        return
+    if found:
+        report.diagnostics.extend(found)
+        report.lines[(str(path), None)] = list(src.split_lines(raw))  # the rows the AST counts
 
 
 def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: bool) -> None:
     try:
         notebook = _parseable_notebook(path, raw, report)
     except NotebookError as error:
-        report.errors.append(f"{path}: {error}")
+        report.errors.append(f"{path}: {_one_line(error)}")
         return
-    if fix and notebook.text:
-        try:
-            fixed_json = _fix_file(path, notebook.text, report, select, ignore, notebook.with_text)
-            notebook = _parseable_notebook(path, fixed_json, report, quiet=True)
-        except NotebookError as error:
-            report.errors.append(f"{path}: not fixed: {error}")
-    found = [notebook.to_cells(d) for d in check_text(notebook.text, str(path), select, ignore)]
+    try:
+        if fix and notebook.text:
+            try:
+                fixed_json = _fix_file(path, notebook.text, report, select, ignore, notebook.with_text)
+                notebook = _parseable_notebook(path, fixed_json, report, quiet=True)
+            except NotebookError as error:
+                report.errors.append(f"{path}: not fixed: {_one_line(error)}")
+        found = [notebook.to_cells(d) for d in check_text(notebook.text, str(path), select, ignore)]
+    except (SyntaxError, ValueError) as error:  # the cells parse, but nest too deeply to check
+        report.errors.append(f"{path}: cannot parse: {_one_line(error)}")
+        return
     report.diagnostics.extend(found)
     for cell in {d.cell for d in found}:
         report.lines[(str(path), cell)] = notebook.cell_lines(cell)
@@ -128,8 +174,8 @@ def apply_safe_fixes(text: str, filename: str, select=None, ignore=None) -> tupl
             break
         patched = apply_edits(text, [edit for f in fixes for edit in f.edits])
         try:
-            ast.parse(patched)
-        except SyntaxError:
+            src.parse_tree(patched)
+        except (SyntaxError, ValueError):
             break
         text = patched
         fixed += len(fixes)
@@ -155,7 +201,15 @@ def _read(path: Path) -> str:
     if path.suffix == ".ipynb":
         return raw.decode("utf-8")
     encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
-    return raw.decode(encoding)
+    try:
+        return raw.decode(encoding)
+    except LookupError:  # a cookie naming a codec that is not a text encoding: `# coding: rot13`
+        raise SyntaxError(f"encoding problem: {encoding} is not a text encoding") from None
+
+
+def _one_line(error: Exception) -> str:
+    """An error's message on one line (a codec's message may hold the offending newline)."""
+    return " ".join(str(error).split())
 
 
 def _files(paths: Iterable[str], report: Report) -> Iterator[Path]:
@@ -163,12 +217,23 @@ def _files(paths: Iterable[str], report: Report) -> Iterator[Path]:
         path = Path(raw)
         if path.is_dir():
             for child in sorted([*path.rglob("*.py"), *path.rglob("*.ipynb")]):
-                if not any(part in _SKIPPED_DIRS or part.startswith(".") for part in child.relative_to(path).parts[:-1]):
+                if any(part in _SKIPPED_DIRS or part.startswith(".") for part in child.relative_to(path).parts[:-1]):
+                    continue
+                if child.is_file():
                     yield child
+                elif not child.is_dir():  # a folder named x.py is walked itself
+                    report.errors.append(f"{child}: cannot read: {_not_a_file(child)}")
         elif path.is_file():
             yield path
+        elif path.exists():
+            report.errors.append(f"{path}: cannot read: {_not_a_file(path)}")
         else:
             report.errors.append(f"{path}: no such file or directory")
+
+
+def _not_a_file(path: Path) -> str:
+    """Why `path` is not read: reading a named pipe would wait for a writer forever."""
+    return "a broken symbolic link" if path.is_symlink() and not path.exists() else "not a regular file"
 
 
 def _enabled(code: str, select, ignore) -> bool:

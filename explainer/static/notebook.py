@@ -7,11 +7,11 @@ original IPython lines restored. Diagnostics are mapped to (cell, row in cell).
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass, replace
 
+from .. import source as src
 from ..model import Edit, Fix, Location
 from .diagnostic import Diagnostic
 
@@ -48,8 +48,16 @@ class Notebook:
         cells = document.get("cells") if isinstance(document, dict) else None
         if not isinstance(cells, list):
             raise NotebookError("not a notebook (no cells; nbformat 4 is supported)")
-        if (document.get("metadata", {}).get("kernelspec", {}) or {}).get("language", "python") != "python":
+        metadata = document.get("metadata") or {}
+        kernelspec = metadata.get("kernelspec") or {} if isinstance(metadata, dict) else None
+        if not isinstance(kernelspec, dict):
+            raise NotebookError("not a notebook (metadata and its kernelspec must be objects)")
+        if kernelspec.get("language", "python") != "python":
             raise NotebookError("not a Python notebook")
+        for number, cell in enumerate(cells, 1):
+            source = cell.get("source", "") if isinstance(cell, dict) and cell.get("cell_type") == "code" else ""
+            if not (isinstance(source, str) or isinstance(source, list) and all(isinstance(s, str) for s in source)):
+                raise NotebookError(f"not a notebook (cell {number}: source must be a string or a list of strings)")
         return cls._build(path, document, _token(raw), hidden)
 
     @classmethod
@@ -140,10 +148,12 @@ def without_unparseable_cells(build) -> tuple[Notebook, list[str]]:
     while True:
         notebook = build(frozenset(hidden))
         try:
-            ast.parse(notebook.text, notebook.path)
+            src.parse_tree(notebook.text, notebook.path)
             return notebook, skipped
         except SyntaxError as error:
-            cell, row = notebook.cell_of(error.lineno or 1)
+            if error.lineno is None:  # nothing to skip by (the parser's "too deeply nested")
+                raise NotebookError(f"cannot parse: {error.msg}") from error
+            cell, row = notebook.cell_of(error.lineno)
             if cell in hidden:
                 raise NotebookError(f"cannot parse: {error.msg}") from error
             hidden.add(cell)
