@@ -38,7 +38,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, sum_losses
-from ..dataflow import Ancestor, Backward, backward_calls, modules_called, same_pass, shared_ancestor, steps
+from ..dataflow import (
+    Ancestor,
+    Backward,
+    ancestor_keys,
+    backward_calls,
+    modules_called,
+    same_pass,
+    shared_ancestor,
+    steps,
+)
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
 from ..training import scopes
@@ -51,10 +60,18 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
     for scope in scopes(module.tree):
         calls = backward_calls(scope)
         flagged: set[int] = set()
+        # Which calls each ancestor feeds: a second call shares nothing with the first unless it
+        # is listed under one of the first's ancestors, so only those pairs are looked at (all
+        # pairs made a file with hundreds of backward calls quadratic, then cubic).
+        feeds: dict[tuple[int, str], list[int]] = {}
+        for index, call in enumerate(calls):
+            for key in ancestor_keys(call, scope):
+                feeds.setdefault(key, []).append(index)
         for index, first in enumerate(calls):
             if first.api != "backward" or not first.frees_graph():
                 continue
-            for second in calls[index + 1:]:
+            candidates = sorted({i for key in ancestor_keys(first, scope) for i in feeds[key] if i > index})
+            for second in (calls[i] for i in candidates):
                 if not same_pass(first.call, second.call):
                     continue
                 shared = shared_ancestor(first, second, scope)
