@@ -1,0 +1,2 @@
+# -*- coding: punycode -*-
+x = 1
