@@ -130,7 +130,7 @@ programs = blocks(1, "    ").map(lambda body: f"import torch\nfor x in data:\n{b
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
-    | st.sampled_from(fuzz.SAMPLE_LINES),
+    | st.sampled_from(fuzz.SAMPLE_LINES) | st.just("x = '\ud800'"),  # a lone surrogate
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
         st.sampled_from(["cells", "cell_type", "source", "metadata", "kernelspec", "language", "x"]), inner,
         max_size=4),

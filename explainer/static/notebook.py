@@ -137,7 +137,12 @@ class Notebook:
                 lines[-1] = lines[-1][:-1]
             source = document["cells"][position].get("source")
             document["cells"][position]["source"] = "".join(lines) if isinstance(source, str) else lines
-        return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+        text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800") can only be written escaped
+            text = json.dumps(document, indent=1) + "\n"
+        return text
 
 
 def without_unparseable_cells(build) -> tuple[Notebook, list[str]]:
@@ -158,6 +163,12 @@ def without_unparseable_cells(build) -> tuple[Notebook, list[str]]:
                 raise NotebookError(f"cannot parse: {error.msg}") from error
             hidden.add(cell)
             skipped.append(f"cell {cell}:{row}: cannot parse: {error.msg} (cell skipped)")
+        except UnicodeEncodeError as error:  # a lone surrogate ("\ud800" in the JSON) is not text
+            cell, row = notebook.cell_of(notebook.text.count("\n", 0, error.start) + 1)
+            if cell in hidden:
+                raise NotebookError(f"cannot parse: {error.reason}") from error
+            hidden.add(cell)
+            skipped.append(f"cell {cell}:{row}: cannot parse: {error.reason} (cell skipped)")
 
 
 def _token(raw: str) -> str:
