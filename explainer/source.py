@@ -108,6 +108,9 @@ def _link_parents(tree: ast.AST) -> int:
     """One breadth-first pass (what ast.walk visits, without its generators' cost): every node
     learns its parent, the module lists all its nodes, and each scope its own nodes. Returns the
     tree's depth (breadth first, the last node listed is a deepest one)."""
+    # Contexts and operators (`Load`, `Store`, `Add`...) have no fields and are one shared
+    # instance per process: they are left out, or concurrent checks in the language server
+    # would write each other's `_owner` on them (and `dispose` would clear it mid-check).
     nodes = [tree]
     own: dict[int, list[ast.AST]] = {id(tree): []}
     scope_types = _SCOPES
@@ -124,12 +127,12 @@ def _link_parents(tree: ast.AST) -> int:
             value = getattr(node, field, None)
             if type(value) is list:
                 for child in value:
-                    if isinstance(child, node_type):
+                    if isinstance(child, node_type) and child._fields:
                         child._parent = node
                         child._owner = owner
                         mine.append(child)
                         nodes.append(child)
-            elif isinstance(value, node_type):
+            elif isinstance(value, node_type) and value._fields:
                 value._parent = node
                 value._owner = owner
                 mine.append(value)

@@ -642,3 +642,35 @@ def test_jedi_follows_workspace_imports_without_importing_them(tmp_path):
     found = [(Path(d["filename"]).name, d["code"], d["location"]["row"]) for d in json.loads(result.stdout)]
     assert found == [("train.py", "BX004", 7)]
     assert not marker.exists()
+
+
+def test_checks_in_several_threads_agree_with_one_at_a_time():
+    """The language server checks in worker threads; parsed trees share their context and
+    operator nodes (`Load`, `Add`), which the checker must not write to."""
+    import threading
+
+    from explainer.static import editor
+
+    sources = [(str(s.path), s.path.read_text()) for s in manifest.samples()]
+
+    def codes_of_all() -> list[list[tuple[str, int]]]:
+        return [[(d.code, d.location.row) for d in editor.check_document(text, path, editor.Settings()) or []]
+                for path, text in sources]
+
+    expected = codes_of_all()
+    results, failures = [], []
+
+    def work() -> None:
+        try:
+            for _ in range(2):
+                results.append(codes_of_all())
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            failures.append(repr(error))
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert all(result == expected for result in results) and len(results) == 12
