@@ -390,6 +390,7 @@ def did_close(ls: ExplainerServer, params: types.DidCloseTextDocumentParams) -> 
     if pending is not None:
         pending.cancel()
     ls.checked.pop(same_uri(uri), None)
+    ls.too_large.discard(uri)
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
 
@@ -410,6 +411,7 @@ def notebook_did_save(ls: ExplainerServer, params: types.DidSaveNotebookDocument
 
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
 def notebook_did_close(ls: ExplainerServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    ls.too_large.discard(params.notebook_document.uri)
     for cell in params.cell_text_documents:
         ls.checked.pop(same_uri(cell.uri), None)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
