@@ -109,7 +109,9 @@ simple_statements = st.one_of(
     st.tuples(names, expressions).map(lambda t: f"{t[0]} += {t[1]}"),
     expressions.map(lambda e: f"{e}.backward()"),
     expressions.map(lambda e: f"states.append({e})"),
-    st.sampled_from(["opt.step()", "opt.zero_grad()", "loss.backward(retain_graph=True)", "pass"]),
+    expressions.map(lambda e: f"backward({e})"),  # from torch.autograd import backward
+    st.sampled_from(["opt.step()", "opt.zero_grad()", "loss.backward(retain_graph=True)", "pass", "backward()",
+                     "loss > backward()"]),
 )
 headers = st.sampled_from(["for x in data:", "while True:", "if x:", "with torch.no_grad():",
                            "def forward(self, x):", "class Net(nn.Module):", "def step(x, h=None):"])

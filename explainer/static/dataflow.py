@@ -199,9 +199,9 @@ def _backward_calls(scope: ast.AST) -> list[Backward]:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id
         through_autograd = isinstance(func, ast.Attribute) and src.canonical(func.value).endswith("autograd")
-        if name == "backward" and not through_autograd:
+        if name == "backward" and isinstance(func, ast.Attribute) and not through_autograd:
             found.append(Backward(node, func.value, "backward"))
-        elif node.args:
+        elif node.args:  # `torch.autograd.grad(y, x)`, `backward(loss)` (from torch.autograd import backward)
             found.append(Backward(node, node.args[0], "grad" if name == "grad" else "backward"))
     found.sort(key=lambda b: (b.call.lineno, b.call.col_offset))
     return found
