@@ -63,7 +63,8 @@ def check(paths: list[str], output: str, select, ignore, fix: bool = False) -> i
     elif output == "sarif":
         rendered = render_sarif(report.diagnostics)
     else:
-        rendered = render_text(report.diagnostics, report.line, fixed=report.fixed if fix else None)
+        rendered = render_text(report.diagnostics, report.line, fixed=report.fixed if fix else None,
+                               unchecked=len(report.errors))
     try:
         print(rendered)
         sys.stdout.flush()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import linecache
 import re
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -65,9 +66,13 @@ MAX_DEPTH = 1000
 def parse_tree(text: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
     """ast.parse, with the parser's own "too deep" failures (RecursionError during AST
     construction, MemoryError from its stack, e.g. 3,000 unary minuses) raised as SyntaxError,
-    like every other source it refuses."""
+    like every other source it refuses. The parser's warnings about the code it reads
+    (`SyntaxWarning: invalid escape sequence`) are the user's compiler's business, not ours."""
     try:
-        return ast.parse(text, filename, mode)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return ast.parse(text, filename, mode)
     except (RecursionError, MemoryError) as error:
         raise SyntaxError(f"too deeply nested for Python's parser ({type(error).__name__})") from None
 

@@ -460,6 +460,8 @@ def test_cli_json_shape_and_exit_codes(tmp_path):
     broken.write_text("def f(:\n")
     failed = run_check(str(broken), "samples/rnn_hidden_chunks_fixed.py")
     assert failed.returncode == 2 and "cannot parse" in failed.stderr
+    # Not "All checks passed": one of the two was never checked.
+    assert failed.stdout.strip() == "No diagnostics. 1 input could not be checked (stderr says why)."
     assert run_check("--select", "NOPE1", "samples/").returncode == 0
     assert run_check("no/such/path.py").returncode == 2
 

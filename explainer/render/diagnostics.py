@@ -7,10 +7,11 @@ import os
 from ..static.diagnostic import Diagnostic
 
 
-def render_text(diagnostics: list[Diagnostic], line_of, fixed: int | None = None) -> str:
+def render_text(diagnostics: list[Diagnostic], line_of, fixed: int | None = None, unchecked: int = 0) -> str:
     """ruff's layout: `path:row:col: CODE message` (`path:cell N:row:col:` in a notebook), the
     source line with the range underlined, and the fix. `line_of(diagnostic)` gives the line;
-    `fixed` is how many fixes --fix applied (None without --fix)."""
+    `fixed` is how many fixes --fix applied (None without --fix); `unchecked` how many files
+    could not be read or parsed (their errors go to stderr)."""
     out = []
     for d in diagnostics:
         path = os.path.relpath(d.filename) if os.path.isabs(d.filename) else d.filename
@@ -30,8 +31,12 @@ def render_text(diagnostics: list[Diagnostic], line_of, fixed: int | None = None
     if fixed:
         out.append(f"Found {count + fixed} diagnostic{'s' if count + fixed != 1 else ''} "
                    f"({fixed} fixed, {count} remaining).")
+    elif count:
+        out.append(f"Found {count} diagnostic{'s' if count != 1 else ''}.")
     else:
-        out.append(f"Found {count} diagnostic{'s' if count != 1 else ''}." if count else "All checks passed.")
+        out.append("No diagnostics." if unchecked else "All checks passed.")
+    if unchecked:
+        out[-1] += f" {unchecked} input{'s' if unchecked != 1 else ''} could not be checked (stderr says why)."
     return "\n".join(out)
 
 
