@@ -104,6 +104,18 @@ class ExplainerProtocol(LanguageServerProtocol):
             return
         super().handle_message(message)
 
+    @lsp_method(types.SHUTDOWN)
+    def lsp_shutdown(self, *args):
+        # pygls 2.1 cancels the pending requests while iterating over `_request_futures`, and a
+        # cancelled future's done-callback (ours above, pygls's own) removes it from there:
+        # "dictionary changed size during iteration", the client gets an error and exit code 1
+        # (pygls issue #606). Cancelled from a snapshot first, pygls then finds them all done.
+        current_id = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current_id and not future.done():
+                future.cancel()
+        return (yield from super().lsp_shutdown(*args))
+
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args) -> None:
         # End now: sys.exit (pygls's way) waits for checks still running in worker threads

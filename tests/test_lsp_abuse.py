@@ -248,6 +248,27 @@ def test_shutdown_during_a_big_check_then_exit():
             server.process.wait()
 
 
+def test_shutdown_while_the_server_waits_for_the_client():
+    """A client that stops the server before answering its `workspace/configuration` request
+    (VS Code restarting it twice in a row when a workspace becomes trusted) gets its `shutdown`
+    answered, and exit code 0. pygls 2.1 cancelled the pending requests while iterating over the
+    dict their cancellation removes them from: "dictionary changed size during iteration", exit 1,
+    and the VS Code client never started a server again (regression)."""
+    server = WireClient()
+    try:
+        server.request(1, "initialize", {"processId": None, "rootUri": None,
+                                         "capabilities": {"workspace": {"configuration": True}}}, timeout=60)
+        server.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        assert server.wait_for(lambda m: m.get("method") == "workspace/configuration", 10) is not None
+        assert server.request(2, "shutdown", timeout=10) == {"id": 2, "jsonrpc": "2.0", "result": None}
+        server.send({"jsonrpc": "2.0", "method": "exit"})
+        assert server.process.wait(timeout=10) == 0
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait()
+
+
 def test_exit_without_shutdown_is_code_1():
     server = WireClient()
     try:
