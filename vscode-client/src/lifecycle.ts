@@ -40,7 +40,12 @@ export class ServerLifecycle<Server extends Stoppable> {
     if (!this.waitingRestart) {
       this.waitingRestart = this.enqueue(async () => {
         this.waitingRestart = undefined; // from here on, a new request needs a new restart
-        await this.stopNow();
+        try {
+          await this.stopNow();
+        } catch (error) {
+          // The old server is forgotten either way; a failed stop must not leave none running.
+          this.report(error);
+        }
         await this.startNow();
       });
     }

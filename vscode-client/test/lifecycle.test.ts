@@ -19,7 +19,7 @@ class Emitter<T> {
 }
 
 /** Fake servers that take a while to start and stop, and log what happened in which order. */
-function fakeServers(options: { failFirstStart?: boolean } = {}) {
+function fakeServers(options: { failFirstStart?: boolean; failFirstStop?: boolean } = {}) {
   const log: string[] = [];
   let running = 0;
   let maxRunning = 0;
@@ -40,6 +40,9 @@ function fakeServers(options: { failFirstStart?: boolean } = {}) {
         log.push(`stop ${id}`);
         await tick();
         running -= 1;
+        if (options.failFirstStop && id === 1) {
+          throw new Error("Stopping server failed");
+        }
       },
     };
   };
@@ -116,6 +119,18 @@ test("a server that fails to start is reported, and the next restart still works
   await lifecycle.stop();
   assert.equal(servers.running(), 0);
   assert.deepEqual(servers.log, ["start 1", "start 2", "stop 2"]);
+});
+
+test("a server that fails to stop is reported, and the restart still starts a new one", async () => {
+  // vscode-languageclient rejects stop() when the server answers `shutdown` with an error.
+  const servers = fakeServers({ failFirstStop: true });
+  const reported: string[] = [];
+  const lifecycle = new ServerLifecycle(servers.launch, (error) => reported.push(String(error)));
+  await lifecycle.start();
+  await lifecycle.restart();
+  assert.deepEqual(reported, ["Error: Stopping server failed"]);
+  assert.equal(lifecycle.server?.id, 2);
+  assert.deepEqual(servers.log, ["start 1", "stop 1", "start 2"]);
 });
 
 test("disposing the subscriptions stops the restarts", async () => {
