@@ -1,10 +1,17 @@
 """The extension in a real VS Code: code-server (VS Code in a browser) with the packaged .vsix,
-driven by Playwright in Debian's chromium. The diagnostic shows in the Problems panel at the
-sample's culprit line with its squiggle, and the quick fix (Ctrl+.) changes the text and clears
-it; the same in a notebook built from the sample, where the problem is on the loop cell's own line.
+driven by Playwright in Debian's chromium (tests/editors/vscode_drive.py).
+
+- The diagnostic shows in the Problems panel at the sample's culprit line with its squiggle, and
+  the quick fix (Ctrl+.) changes the text and clears it; the same in a notebook built from the
+  sample, where the problem is on the loop cell's own line.
+- In restricted mode (the user answers "No" to the workspace-trust prompt) an interpreter that
+  the workspace's own settings name is never launched, and the checks still run with the user's;
+  once the folder is trusted, that interpreter is used.
+
 Screenshots land in benchmarks/results/vscode-e2e/."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -64,12 +71,9 @@ STRATEGIES = {
 }
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
-    python = STRATEGIES[strategy]()
-    if python is None:
-        pytest.skip("no system Python without the server installed")
-    shots = SHOTS if strategy == "fromEnvironment" else SHOTS / strategy
+@contextlib.contextmanager
+def code_server(tmp_path, workspace, user_settings: dict, workspace_trust: bool):
+    """code-server with the packaged extension, serving `workspace`; yields (url, e2e cache)."""
     cache = subprocess.run(["bash", str(ROOT / "scripts" / "vscode_e2e_setup.sh")], capture_output=True, text=True,
                            timeout=1800)
     assert cache.returncode == 0, cache.stderr[-3000:]
@@ -82,20 +86,10 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
         built = subprocess.run(["npm", "run", "package"], cwd=CLIENT, capture_output=True, text=True)
         assert built.returncode == 0, built.stderr[-2000:]
 
-    data, extensions, workspace = tmp_path / "data", tmp_path / "extensions", tmp_path / "workspace"
+    data, extensions = tmp_path / "data", tmp_path / "extensions"
     (data / "User").mkdir(parents=True)
-    workspace.mkdir()
     (data / "User" / "settings.json").write_text(json.dumps({
-        "workbench.startupEditor": "none", "security.workspace.trust.enabled": False,
-        "backwardExplainer.interpreter": [python], "backwardExplainer.importStrategy": strategy}))
-    shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
-    notebook_row = write_notebook(workspace / "truncated_bptt.ipynb", SAMPLE.path.read_text())
-    # Modules that would shadow the server's own if it ran from the workspace folder.
-    markers = tmp_path / "markers"
-    markers.mkdir()
-    for name in ["lsp_server/__init__.py", "lsp_server/__main__.py", "pygls.py"]:
-        (workspace / name).parent.mkdir(exist_ok=True)
-        (workspace / name).write_text(f"open({str(markers / name.replace('/', '.'))!r}, 'w').write('ran')\n")
+        "workbench.startupEditor": "none", "security.workspace.trust.enabled": workspace_trust, **user_settings}))
     installed = subprocess.run(["node", entry, "--install-extension", str(vsix), "--extensions-dir", str(extensions),
                                 "--user-data-dir", str(data)], capture_output=True, text=True, timeout=300)
     assert "was successfully installed" in installed.stdout, installed.stdout + installed.stderr
@@ -103,7 +97,8 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
     port = free_port()
     server = subprocess.Popen(["node", entry, "--auth", "none", "--bind-addr", f"127.0.0.1:{port}", "--user-data-dir",
                                str(data), "--extensions-dir", str(extensions), "--disable-telemetry",
-                               "--disable-update-check", "--disable-workspace-trust", str(workspace)],
+                               "--disable-update-check", *([] if workspace_trust else ["--disable-workspace-trust"]),
+                               str(workspace)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -114,17 +109,43 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
             except OSError:
                 assert time.monotonic() < deadline, "code-server did not start"
                 time.sleep(0.5)
-        shots.mkdir(parents=True, exist_ok=True)
-        culprit_column = 10
-        driven = subprocess.run([f"{cache_dir}/playwright/bin/python", str(ROOT / "tests" / "editors" / "vscode_drive.py"),
-                                 f"http://127.0.0.1:{port}", str(workspace), str(shots), SAMPLE.path.name,
-                                 str(SAMPLE.culprit_row), str(culprit_column - 1), "truncated_bptt.ipynb"],
-                                capture_output=True, text=True, timeout=900)
-        assert driven.returncode == 0, driven.stderr[-3000:]
-        report = json.loads(driven.stdout.strip().splitlines()[-1])
+        yield f"http://127.0.0.1:{port}", cache_dir
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def drive(cache_dir: str, scenario: str, *args) -> dict:
+    """Run one scenario of tests/editors/vscode_drive.py; its JSON report."""
+    driven = subprocess.run([f"{cache_dir}/playwright/bin/python", str(ROOT / "tests" / "editors" / "vscode_drive.py"),
+                             scenario, *map(str, args)], capture_output=True, text=True, timeout=900)
+    assert driven.returncode == 0, driven.stderr[-3000:]
+    return json.loads(driven.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
+    python = STRATEGIES[strategy]()
+    if python is None:
+        pytest.skip("no system Python without the server installed")
+    shots = SHOTS if strategy == "fromEnvironment" else SHOTS / strategy
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
+    notebook_row = write_notebook(workspace / "truncated_bptt.ipynb", SAMPLE.path.read_text())
+    # Modules that would shadow the server's own if it ran from the workspace folder.
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    for name in ["lsp_server/__init__.py", "lsp_server/__main__.py", "pygls.py"]:
+        (workspace / name).parent.mkdir(exist_ok=True)
+        (workspace / name).write_text(f"open({str(markers / name.replace('/', '.'))!r}, 'w').write('ran')\n")
+
+    settings = {"backwardExplainer.interpreter": [python], "backwardExplainer.importStrategy": strategy}
+    with code_server(tmp_path, workspace, settings, workspace_trust=False) as (url, cache_dir):
+        shots.mkdir(parents=True, exist_ok=True)
+        culprit_column = 10
+        report = drive(cache_dir, "fix", url, workspace, shots, SAMPLE.path.name, SAMPLE.culprit_row,
+                       culprit_column - 1, "truncated_bptt.ipynb")
 
     (problem,) = [p for p in report["problems"] if "BX001" in p]
     assert f"[Ln {SAMPLE.culprit_row}, Col {culprit_column}]" in problem and "backward-explainer" in problem
@@ -136,3 +157,34 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
     assert "hidden.detach()" in report["notebook_cells_after_fix"][-1].replace("\xa0", " ")
     assert report["notebook_problems_after_fix"] == []
     assert sorted(p.name for p in markers.iterdir()) == []  # the server ran none of the workspace's code
+
+
+def test_restricted_mode_never_launches_the_workspaces_interpreter(tmp_path):
+    """A cloned repository's `.vscode/settings.json` names its own "interpreter", a script that
+    writes a marker and then runs the real Python. Answering "No" to the trust prompt, the checks
+    run with the user's interpreter and the script never runs; trusting the folder then runs it
+    (so the test can tell), and its server answers: the two restarts that trust sets off (trust
+    granted, then the setting now applying) leave a working server (regression: pygls failed the
+    second shutdown and the client started none)."""
+    workspace = tmp_path / "cloned-repo"
+    (workspace / ".vscode").mkdir(parents=True)
+    shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
+    marker = tmp_path / "workspace-interpreter-ran"
+    repo_python = workspace / "tools" / "python"
+    repo_python.parent.mkdir()
+    repo_python.write_text(f"#!/bin/sh\necho \"$@\" >> {marker}\nexec {sys.executable} \"$@\"\n")
+    repo_python.chmod(0o755)
+    (workspace / ".vscode" / "settings.json").write_text(json.dumps({"backwardExplainer.interpreter": [str(repo_python)]}))
+
+    shots = SHOTS / "trust"
+    shots.mkdir(parents=True, exist_ok=True)
+    with code_server(tmp_path, workspace, {"backwardExplainer.interpreter": [sys.executable]},
+                     workspace_trust=True) as (url, cache_dir):
+        report = drive(cache_dir, "trust", url, workspace, shots, SAMPLE.path.name, marker)
+
+    assert "Do you trust the authors" in report["trust_prompt"] and "Restricted Mode" in report["status_bar"]
+    (problem,) = [p for p in report["restricted_problems"] if "BX001" in p]
+    assert f"[Ln {SAMPLE.culprit_row}, Col 10]" in problem
+    assert report["restricted_marker"] is False
+    assert report["trusted_marker"] is True and "-m lsp_server" in marker.read_text()
+    assert any("BX001" in p for p in report["trusted_problems"])

@@ -1,17 +1,21 @@
-"""Drive VS Code (code-server) in Debian's chromium with Playwright, as a user would: open a buggy
-sample, read the Problems panel, apply the quick fix with Ctrl+. and read it again; then the same
-in a notebook's cell. Prints one JSON report; saves screenshots into the output folder.
+"""Drive VS Code (code-server) in Debian's chromium with Playwright, as a user would. Prints one
+JSON report; saves screenshots into the output folder. Run with the e2e venv's Python:
 
-Run with the e2e venv's Python:
-    vscode_drive.py URL FOLDER OUT_DIR SAMPLE_NAME CULPRIT_ROW COLUMN NOTEBOOK_NAME
+    vscode_drive.py fix URL FOLDER OUT_DIR SAMPLE_NAME CULPRIT_ROW COLUMN NOTEBOOK_NAME
+        open a buggy sample, read the Problems panel, apply the quick fix with Ctrl+. and read
+        it again; then the same in a notebook's cell.
+    vscode_drive.py trust URL FOLDER OUT_DIR SAMPLE_NAME MARKER
+        answer "No" to the workspace-trust prompt, open the sample and read its problem, and
+        whether MARKER (written by the workspace's own interpreter) exists; then trust the
+        folder and read both again.
 """
 import json
+import os
 import sys
 import time
 
 from playwright.sync_api import sync_playwright
 
-url, folder, out_dir, sample, row, column, notebook = sys.argv[1:8]
 report = {}
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
@@ -30,7 +34,7 @@ def open_file(page, name: str) -> None:
     time.sleep(2)
 
 
-def quick_fix(page, shot: str) -> None:
+def quick_fix(page, out_dir: str, shot: str) -> None:
     """Ctrl+. at the cursor, a screenshot of the menu, Enter on its first (preferred) fix."""
     page.keyboard.press("Control+.")
     page.locator(".action-widget").first.wait_for(state="visible", timeout=30000)
@@ -45,46 +49,90 @@ def wait_until_no_problems(page) -> None:
         time.sleep(0.5)
 
 
-with sync_playwright() as playwright:
+def open_workbench(playwright, url: str, folder: str):
     browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto(f"{url}/?folder={folder}", timeout=120000)
     page.wait_for_selector(".monaco-workbench", timeout=120000)
-    time.sleep(3)
-    open_file(page, sample)
+    return browser, page
+
+
+def show_problems(page) -> list[str]:
     page.keyboard.press("Control+Shift+M")
     page.wait_for_selector(".markers-panel .monaco-list-row", timeout=120000)
     time.sleep(1)
-    report["problems"] = problems(page)
-    report["squiggles"] = page.locator(".squiggly-warning, .squiggly-error").count()
-    page.screenshot(path=f"{out_dir}/diagnostic.png")
+    return problems(page)
 
-    page.locator(".monaco-editor .view-lines").first.click()
-    page.keyboard.press("Control+G")
-    time.sleep(0.5)
-    page.keyboard.type(f"{row}:{int(column) + 1}")
-    page.keyboard.press("Enter")
-    time.sleep(0.5)
-    quick_fix(page, "quick-fix-menu.png")
-    wait_until_no_problems(page)
-    report["text_after_fix"] = page.locator(".monaco-editor .view-lines").first.inner_text()
-    report["problems_after_fix"] = problems(page)
-    page.screenshot(path=f"{out_dir}/after-fix.png")
 
-    # The notebook: its cell's problem, then the fix from the Problems row (which puts the
-    # cursor in the cell).
-    open_file(page, notebook)
-    page.locator(".markers-panel .monaco-list-row", has_text="BX001").wait_for(timeout=120000)
-    time.sleep(1)
-    report["notebook_problems"] = problems(page)
-    page.screenshot(path=f"{out_dir}/notebook-diagnostic.png")
-    page.locator(".markers-panel .monaco-list-row", has_text="BX001").dblclick()
-    time.sleep(1)
-    quick_fix(page, "notebook-quick-fix-menu.png")
-    wait_until_no_problems(page)
-    report["notebook_cells_after_fix"] = page.locator(".notebook-editor .cell-editor-container .view-lines") \
-        .all_inner_texts()
-    report["notebook_problems_after_fix"] = problems(page)
-    page.screenshot(path=f"{out_dir}/notebook-after-fix.png")
-    browser.close()
-print(json.dumps(report))
+def fix(url, folder, out_dir, sample, row, column, notebook) -> None:
+    with sync_playwright() as playwright:
+        browser, page = open_workbench(playwright, url, folder)
+        time.sleep(3)
+        open_file(page, sample)
+        report["problems"] = show_problems(page)
+        report["squiggles"] = page.locator(".squiggly-warning, .squiggly-error").count()
+        page.screenshot(path=f"{out_dir}/diagnostic.png")
+
+        page.locator(".monaco-editor .view-lines").first.click()
+        page.keyboard.press("Control+G")
+        time.sleep(0.5)
+        page.keyboard.type(f"{row}:{int(column) + 1}")
+        page.keyboard.press("Enter")
+        time.sleep(0.5)
+        quick_fix(page, out_dir, "quick-fix-menu.png")
+        wait_until_no_problems(page)
+        report["text_after_fix"] = page.locator(".monaco-editor .view-lines").first.inner_text()
+        report["problems_after_fix"] = problems(page)
+        page.screenshot(path=f"{out_dir}/after-fix.png")
+
+        # The notebook: its cell's problem, then the fix from the Problems row (which puts the
+        # cursor in the cell).
+        open_file(page, notebook)
+        page.locator(".markers-panel .monaco-list-row", has_text="BX001").wait_for(timeout=120000)
+        time.sleep(1)
+        report["notebook_problems"] = problems(page)
+        page.screenshot(path=f"{out_dir}/notebook-diagnostic.png")
+        page.locator(".markers-panel .monaco-list-row", has_text="BX001").dblclick()
+        time.sleep(1)
+        quick_fix(page, out_dir, "notebook-quick-fix-menu.png")
+        wait_until_no_problems(page)
+        report["notebook_cells_after_fix"] = page.locator(".notebook-editor .cell-editor-container .view-lines") \
+            .all_inner_texts()
+        report["notebook_problems_after_fix"] = problems(page)
+        page.screenshot(path=f"{out_dir}/notebook-after-fix.png")
+        browser.close()
+
+
+def trust(url, folder, out_dir, sample, marker) -> None:
+    with sync_playwright() as playwright:
+        browser, page = open_workbench(playwright, url, folder)
+        report["trust_prompt"] = page.locator(".monaco-dialog-box").inner_text(timeout=60000)
+        page.locator(".monaco-dialog-box .monaco-button", has_text="No, I don't trust the authors").click()
+        time.sleep(2)
+        report["status_bar"] = page.locator(".statusbar").inner_text()
+        open_file(page, sample)
+        report["restricted_problems"] = show_problems(page)
+        report["restricted_marker"] = os.path.exists(marker)
+        page.screenshot(path=f"{out_dir}/restricted-mode.png")
+
+        page.keyboard.press("Control+Shift+P")
+        time.sleep(1)
+        page.keyboard.type("Manage Workspace Trust")
+        time.sleep(1.5)
+        page.keyboard.press("Enter")
+        page.locator(".workspace-trust-editor .monaco-button", has_text="Trust").first.click(timeout=30000)
+        deadline = time.time() + 60
+        while not os.path.exists(marker) and time.time() < deadline:
+            time.sleep(0.5)
+        report["trusted_marker"] = os.path.exists(marker)
+        # The server the workspace's interpreter started answers for the sample.
+        open_file(page, sample)
+        page.locator(".markers-panel .monaco-list-row", has_text="BX001").wait_for(timeout=120000)
+        report["trusted_problems"] = problems(page)
+        page.screenshot(path=f"{out_dir}/trusted.png")
+        browser.close()
+
+
+if __name__ == "__main__":
+    {"fix": fix, "trust": trust}[sys.argv[1]](*sys.argv[2:])
+    print(json.dumps(report))

@@ -40,13 +40,16 @@ export async function deactivate(): Promise<void> {
 /** A started client for the chosen interpreter, or undefined (the user has been told why). */
 async function launch(): Promise<LanguageClient | undefined> {
   const settings = vscode.workspace.getConfiguration(SECTION);
-  const choice = chooseInterpreter(
+  const choice = await chooseInterpreter(
     settings.inspect<string[]>("interpreter") ?? {},
     vscode.workspace.isTrusted,
-    await activeInterpreter(),
+    activeInterpreter,
   );
   if (choice.ignoredUntrusted) {
     output.warn(`Restricted mode: the workspace's interpreter ${JSON.stringify(choice.ignoredUntrusted)} is not used.`);
+  }
+  if (choice.pythonExtensionError) {
+    output.warn(`The Python extension's interpreter is not used: ${choice.pythonExtensionError}`);
   }
   const strategy = importStrategy(settings.get("importStrategy"));
   const server = serverCommand(choice, extensionDirectory, strategy, process.env);

@@ -14,34 +14,43 @@ export interface InterpreterChoice {
   source: "setting" | "python-extension" | "default";
   /** Set when a workspace-level value was ignored because the workspace is not trusted. */
   ignoredUntrusted?: string[];
+  /** Why the Python extension's interpreter was not used, when it was asked and failed. */
+  pythonExtensionError?: string;
 }
 
 /**
  * The interpreter command, in order: the `backwardExplainer.interpreter` setting, the Python
  * extension's active environment, then `python3`. In a restricted (untrusted) workspace a value
- * that came from the workspace or folder settings is never used: a cloned repository must not
- * be able to make the editor run a binary of its choosing.
+ * that came from the workspace or folder settings is never used, and the Python extension is not
+ * asked: its active environment may be a `.venv` inside the workspace (and it refuses to resolve
+ * environments there). A cloned repository must not be able to make the editor run a binary of
+ * its choosing. `askPythonExtension` is called only when its answer would be used.
  */
-export function chooseInterpreter(
+export async function chooseInterpreter(
   setting: Inspected<string[]>,
   trusted: boolean,
-  pythonExtensionExecutable: string | undefined,
-): InterpreterChoice {
+  askPythonExtension: () => Promise<string | undefined>,
+): Promise<InterpreterChoice> {
   const workspaceLevel = setting.workspaceFolderValue ?? setting.workspaceValue;
   const usable = (value: string[] | undefined) => Array.isArray(value) && value.length > 0 && value.every((p) => typeof p === "string" && p.length > 0);
-  if (usable(workspaceLevel)) {
-    if (trusted) {
-      return { command: workspaceLevel as string[], source: "setting" };
+  if (usable(workspaceLevel) && trusted) {
+    return { command: workspaceLevel as string[], source: "setting" };
+  }
+  const ignoredUntrusted = usable(workspaceLevel) ? (workspaceLevel as string[]) : undefined;
+  if (usable(setting.globalValue)) {
+    return { command: setting.globalValue as string[], source: "setting", ignoredUntrusted };
+  }
+  if (trusted) {
+    try {
+      const executable = await askPythonExtension();
+      if (executable) {
+        return { command: [executable], source: "python-extension" };
+      }
+    } catch (error) {
+      return { command: ["python3"], source: "default", pythonExtensionError: String(error) };
     }
   }
-  const ignored = usable(workspaceLevel) && !trusted ? (workspaceLevel as string[]) : undefined;
-  if (usable(setting.globalValue)) {
-    return { command: setting.globalValue as string[], source: "setting", ignoredUntrusted: ignored };
-  }
-  if (pythonExtensionExecutable) {
-    return { command: [pythonExtensionExecutable], source: "python-extension", ignoredUntrusted: ignored };
-  }
-  return { command: ["python3"], source: "default", ignoredUntrusted: ignored };
+  return { command: ["python3"], source: "default", ignoredUntrusted };
 }
 
 export type ImportStrategy = "fromEnvironment" | "useBundled";
