@@ -187,6 +187,25 @@ def test_an_unknown_signature_is_refused_in_one_line(monkeypatch, capsys):
     assert err.startswith("[explainer] not installed: unexpected signature") and err.count("\n") == 1
 
 
+def test_hooks_step_aside_while_a_compile_session_runs_code(installed):
+    """AOTAutograd calls autograd.grad itself while torch.compile compiles: those calls are not
+    the user's and are not recorded (nor explained); once the session ends, recording resumes."""
+    session = getattr(torch.compiler, "_compile_session_context", None)
+    if session is None:
+        pytest.skip("this torch has no compile-session flag")
+    x = torch.ones(3, requires_grad=True)
+    optimizer = torch.optim.SGD([x], lr=0.1)
+    before = (len(hooks.recent_calls()), len(hooks.recent_steps()))
+    with session():
+        (x * 2).sum().backward()
+        torch.autograd.grad((x * x).sum(), x)
+        optimizer.step()
+    assert (len(hooks.recent_calls()), len(hooks.recent_steps())) == before
+    (x * 2).sum().backward()
+    optimizer.step()
+    assert (len(hooks.recent_calls()), len(hooks.recent_steps())) == (before[0] + 1, before[1] + 1)
+
+
 def test_hooked_backward_returns_what_torch_returns(installed):
     x = torch.ones(3, requires_grad=True)
     (gx,) = torch.autograd.grad((x * x).sum(), x)

@@ -33,7 +33,16 @@ _peek_sequence_nr = torch._C._autograd._get_sequence_nr
 # While torch.compile traces, the hooks step aside: dynamo would otherwise trace into them, fail
 # on sys._getframe and warn the user about our code. It breaks the graph at the backward as it
 # always does, and the backward then runs eagerly, through the hooks.
-_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+# `_dynamo_tracing() or _compiler._is_compiling_flag` is `torch.compiler.is_compiling()` at under
+# half its cost, on every backward and step: dynamo folds `is_dynamo_compiling()` to True while it
+# traces (so it never reads the flag), and the flag is set while a compile session runs code for
+# real (AOTAutograd's own autograd.grad, non-strict export). Older torch has only the function.
+_compiler = getattr(torch, "compiler", None)
+if hasattr(_compiler, "is_dynamo_compiling") and hasattr(_compiler, "_is_compiling_flag"):
+    _dynamo_tracing = _compiler.is_dynamo_compiling
+else:
+    _dynamo_tracing = getattr(_compiler, "is_compiling", None) or (lambda: False)
+    _compiler = type("NoCompileSession", (), {"_is_compiling_flag": False})
 _ticks = itertools.count(1)
 
 
@@ -125,7 +134,7 @@ _TARGETS = {
 _WRAPPER_TEMPLATE = """
 def hooked({parameters}):
     __tracebackhide__ = True
-    if compiling():
+    if dynamo_tracing() or compiler._is_compiling_flag:
         return original({forward})
     state = per_thread.state
     if state[0]:
@@ -133,11 +142,11 @@ def hooked({parameters}):
     caller = getframe(1)
     if caller.f_code.co_filename.startswith(internal):
         caller = user_frame(caller)
-    retain = bool(create_graph) if retain_graph is None else bool(retain_graph)
-    many = type({roots}) is tuple or type({roots}) is list
-    call = (next(ticks), peek(), tuple(map(id, {roots})) if many else (id({roots}),),
+    create = bool(create_graph)
+    retain = create if retain_graph is None else bool(retain_graph)
+    call = (next(ticks), peek(), {root_ids},
             caller.f_code if caller is not None else None,
-            caller.f_lasti if caller is not None else 0, retain, bool(create_graph), kind)
+            caller.f_lasti if caller is not None else 0, retain, create, kind)
     calls = state[1]
     if retain and calls:
         check_growth(call, {roots}, caller)
@@ -155,9 +164,18 @@ def hooked({parameters}):
 
 # Names the template binds itself: a parameter of the same name would shadow them.
 _TEMPLATE_NAMES = {
-    "compiling", "state", "caller", "retain", "many", "call", "calls", "error", "original", "per_thread",
-    "getframe", "internal", "user_frame", "ticks", "peek", "kind", "check_growth", "explain_into",
+    "dynamo_tracing", "compiler", "state", "caller", "create", "retain", "call", "calls", "error", "original",
+    "per_thread", "getframe", "internal", "user_frame", "ticks", "peek", "kind", "check_growth", "explain_into",
 }
+
+
+def _root_ids(roots_name: str) -> str:
+    """The expression for the ids of the roots: `Tensor.backward`'s root is always `self`, the
+    functions take a tensor or a sequence of them."""
+    if roots_name == "self":
+        return "(id(self),)"
+    return f"tuple(map(id, {roots_name})) if type({roots_name}) is tuple or type({roots_name}) is list " \
+           f"else (id({roots_name}),)"
 
 
 class UnsupportedTorch(RuntimeError):
@@ -213,10 +231,11 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
         "original": original, "per_thread": _local, "getframe": sys._getframe,
         "internal": _INTERNAL, "user_frame": user_frame, "ticks": _ticks,
         "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth,
-        "explain_into": _explain_into, "compiling": _compiling,
+        "explain_into": _explain_into, "dynamo_tracing": _dynamo_tracing, "compiler": _compiler,
     }
     parameters, forward = _parameter_lists(signature, namespace)
-    code = _WRAPPER_TEMPLATE.format(parameters=parameters, forward=forward, roots=roots_name)
+    code = _WRAPPER_TEMPLATE.format(parameters=parameters, forward=forward, roots=roots_name,
+                                    root_ids=_root_ids(roots_name))
     # A file name inside this package marks the frame as ours (user_frame, the CLI's traceback);
     # registering the text in linecache lets a traceback that does show the frame quote it.
     filename = f"{_PACKAGE_DIR}runtime/<hook of {name}>"
@@ -251,7 +270,7 @@ _step_depth: dict[type, int] = {}
 
 
 def _on_step(optimizer, args, kwargs) -> None:
-    if _compiling():
+    if _dynamo_tracing() or _compiler._is_compiling_flag:
         return
     depth = _step_depth.get(type(optimizer))
     caller = sys._getframe(depth) if depth else None
