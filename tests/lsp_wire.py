@@ -70,6 +70,12 @@ class WireClient:
         self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         return elapsed
 
+    def kill_if_alive(self) -> None:
+        """For tests that end the server themselves: whatever failed, leave no process behind."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
     def close(self) -> None:
         try:
             self.request(2, "shutdown", timeout=5)

@@ -243,9 +243,7 @@ def test_shutdown_during_a_big_check_then_exit():
         assert server.process.wait(timeout=10) == 0
         assert time.monotonic() - exiting < 3
     finally:
-        if server.process.poll() is None:
-            server.process.kill()
-            server.process.wait()
+        server.kill_if_alive()
 
 
 def test_shutdown_while_the_server_waits_for_the_client():
@@ -264,9 +262,7 @@ def test_shutdown_while_the_server_waits_for_the_client():
         server.send({"jsonrpc": "2.0", "method": "exit"})
         assert server.process.wait(timeout=10) == 0
     finally:
-        if server.process.poll() is None:
-            server.process.kill()
-            server.process.wait()
+        server.kill_if_alive()
 
 
 def test_exit_without_shutdown_is_code_1():
@@ -276,6 +272,4 @@ def test_exit_without_shutdown_is_code_1():
         server.send({"jsonrpc": "2.0", "method": "exit"})
         assert server.process.wait(timeout=10) == 1
     finally:
-        if server.process.poll() is None:
-            server.process.kill()
-            server.process.wait()
+        server.kill_if_alive()
