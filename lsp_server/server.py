@@ -451,15 +451,46 @@ async def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> li
                 diagnostics=[to_lsp(document, diagnostic, ls.settings)],
                 is_preferred=True,
                 edit=edit))
-    if _asked_for(FIX_ALL_KIND, wanted) and ls.workspace.get_notebook_document(cell_uri=uri) is None:
-        version = document.version
-        fixed = await in_checker(editor.fix_all, document.source, document.path or uri, ls.settings)
-        if fixed is not None and getattr(ls.opened(uri), "version", None) == version:  # else it's stale
-            whole = types.Range(start=types.Position(0, 0), end=types.Position(len(document.lines), 0))
-            actions.append(types.CodeAction(
-                title="Fix all backward-explainer problems in this file", kind=FIX_ALL_KIND,
-                edit=types.WorkspaceEdit(changes={uri: [types.TextEdit(range=whole, new_text=fixed)]})))
+    if _asked_for(FIX_ALL_KIND, wanted):
+        notebook = ls.workspace.get_notebook_document(cell_uri=uri)
+        action = await (_fix_all_in_notebook(ls, notebook) if notebook is not None else _fix_all_in_file(ls, uri))
+        if action is not None:
+            actions.append(action)
     return actions
+
+
+async def _fix_all_in_file(ls: ExplainerServer, uri: str) -> types.CodeAction | None:
+    document = ls.opened(uri)
+    version = document.version
+    fixed = await in_checker(editor.fix_all, document.source, document.path or uri, ls.settings)
+    if fixed is None or getattr(ls.opened(uri), "version", None) != version:  # else it's stale
+        return None
+    return types.CodeAction(title="Fix all backward-explainer problems in this file", kind=FIX_ALL_KIND,
+                            edit=types.WorkspaceEdit(changes={uri: [_whole(document, fixed)]}))
+
+
+async def _fix_all_in_notebook(ls: ExplainerServer, notebook: types.NotebookDocument) -> types.CodeAction | None:
+    """Every code cell fixed as one module: the edit replaces the cells that change, named as the
+    client names them."""
+    cell_uris = [c.document for c in notebook.cells if c.kind == types.NotebookCellKind.Code]
+    cells = [ls.opened(cell_uri) for cell_uri in cell_uris]
+    if any(cell is None for cell in cells):
+        return None
+    versions = [cell.version for cell in cells]
+    path = uris.to_fs_path(notebook.uri) or notebook.uri
+    fixed = await in_checker(editor.fix_all_cells, [cell.source for cell in cells], path, ls.settings)
+    if fixed is None or [getattr(ls.opened(u), "version", None) for u in cell_uris] != versions:
+        return None  # nothing to fix, or the notebook changed meanwhile
+    changes = {cell_uri: [_whole(cell, text)]
+               for cell_uri, cell, text in zip(cell_uris, cells, fixed) if text != cell.source}
+    return types.CodeAction(title="Fix all backward-explainer problems in this notebook", kind=FIX_ALL_KIND,
+                            edit=types.WorkspaceEdit(changes=changes))
+
+
+def _whole(document, new_text: str) -> types.TextEdit:
+    """An edit that replaces all of `document`."""
+    return types.TextEdit(range=types.Range(start=types.Position(0, 0), end=types.Position(len(document.lines), 0)),
+                          new_text=new_text)
 
 
 def _asked_for(kind: str, only: list[str] | None) -> bool:

@@ -581,6 +581,23 @@ def test_fix_rewrites_only_the_fixed_lines_of_a_notebook(tmp_path):
     assert changed == [('    "    hidden = rnn(x, hidden)\\n",', '    "    hidden = rnn(x, hidden.detach())\\n",')]
 
 
+def test_editor_fix_all_in_a_notebook_changes_only_the_fixed_cell():
+    """What the language server's "Fix all" on a notebook applies: the cells as one module, the
+    IPython lines and a cell that does not parse kept as they were, no newline added."""
+    from explainer.static.editor import Settings, fix_all_cells
+
+    cells = ["import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)",
+             "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n"
+             "    files = !ls\n    hidden.sum().backward()",
+             "def broken(:\n    pass"]
+    fixed = fix_all_cells(cells, "train.ipynb", Settings())
+    assert fixed == [cells[0], cells[1].replace("rnn(torch.randn(1, 3), hidden)", "rnn(torch.randn(1, 3), hidden.detach())"),
+                     cells[2]]
+    assert fix_all_cells(fixed, "train.ipynb", Settings()) is None  # nothing left to fix
+    assert fix_all_cells(cells, "train.ipynb", Settings(ignore=("BX001",))) is None
+    assert fix_all_cells(cells, "train.ipynb", Settings(enable=False)) is None
+
+
 def test_sarif_output(tmp_path):
     result = run_check("--format", "sarif", "samples/gan_fake_reuse.py", "samples/rnn_hidden_chunks_fixed.py")
     assert result.returncode == 1

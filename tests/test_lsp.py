@@ -220,6 +220,37 @@ async def test_notebook_cells_get_their_diagnostics_and_quick_fix(client, tmp_pa
     assert [(d.code, d.severity) for d in client.diagnostics[cell_uris[1]]] == [("BX001", 1)]
 
 
+async def test_fix_all_in_a_notebook_edits_the_cells_that_change(client, tmp_path):
+    cells = ["import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)",
+             "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n"
+             "    hidden.sum().backward()"]
+    notebook_uri = (tmp_path / "train.ipynb").as_uri()
+    cell_uris = [f"vscode-notebook-cell://127.0.0.1:8765{tmp_path / 'train.ipynb'}#W{i}sdnNjb2RlLXJlbW90ZQ%3D%3D"
+                 for i in range(len(cells))]
+    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(
+            uri=notebook_uri, notebook_type="jupyter-notebook", version=1,
+            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in cell_uris]),
+        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
+                             for u, t in zip(cell_uris, cells)]))
+    assert [d.code for d in await published(client, cell_uris[1], 1)] == ["BX001"]
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=cell_uris[0]),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+        context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.SourceFixAll])))
+    (fix_all,) = actions
+    assert fix_all.title.endswith("in this notebook") and list(fix_all.edit.changes) == [cell_uris[1]]
+    fixed = apply_text_edits(cells[1], fix_all.edit.changes[cell_uris[1]])
+    assert fixed == cells[1].replace("hidden)\n", "hidden.detach())\n")
+    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
+        notebook_document=types.VersionedNotebookDocumentIdentifier(uri=notebook_uri, version=2),
+        change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
+            types.NotebookDocumentCellContentChanges(
+                document=types.VersionedTextDocumentIdentifier(uri=cell_uris[1], version=2),
+                changes=[types.TextDocumentContentChangeWholeDocument(text=fixed)])]))))
+    assert await published(client, cell_uris[1], 2) == []
+
+
 async def test_stress_rapid_edits_bad_requests_and_a_big_file(client, tmp_path):
     sample = SAMPLES["rnn_hidden_chunks"]
     text = sample.path.read_text()

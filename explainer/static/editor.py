@@ -120,6 +120,21 @@ def fix_all(text: str, path: str, settings: Settings) -> str | None:
     return fixed if count else None
 
 
+def fix_all_cells(sources: list[str], path: str, settings: Settings) -> list[str] | None:
+    """A notebook's code cells with every safe fix applied, the cells read as one module (as
+    `check --fix` does to an .ipynb), or None if nothing changes. Cells that don't parse are
+    left as they are."""
+    if not settings.enable:
+        return None
+    try:
+        notebook, _ = without_unparseable_cells(lambda hidden: Notebook.from_sources(path, sources, hidden))
+        fixed, count = apply_safe_fixes(notebook.text, path, settings.select or None, settings.ignore or None)
+        cells = notebook.cells_from_text(fixed) if count else None
+    except (SyntaxError, ValueError):  # NotebookError included
+        return None
+    return ["".join(lines) for lines in cells] if cells else None
+
+
 def runtime_diagnostics(entries: list[dict], path: str, text: str) -> list[Diagnostic]:
     """The runtime findings (`explainer.handoff` entries) whose culprit is in the file `path`,
     as diagnostics on `text`, while the culprit's line still reads as it did when it ran."""

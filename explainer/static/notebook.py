@@ -112,9 +112,9 @@ class Notebook:
         return replace(edit, location=Location(row, edit.location.column),
                        end_location=Location(end_row, edit.end_location.column), cell=cell)
 
-    def with_text(self, text: str) -> str:
-        """The notebook's JSON with its code cells replaced from an edited module `text`.
-        Raises NotebookError when the edit moved or removed cell boundaries."""
+    def cells_from_text(self, text: str) -> list[list[str]]:
+        """The code cells' lines, as stored, from an edited module `text`, with the original
+        IPython lines restored. Raises NotebookError when the edit moved or removed cell boundaries."""
         cells: list[list[str]] = []
         for line in text.splitlines(keepends=True):
             boundary = _BOUNDARY_LINE.match(line.rstrip("\r\n"))
@@ -131,10 +131,17 @@ class Notebook:
             cells[-1].append(line)
         if len(cells) != len(self.code_cells):
             raise NotebookError("a fix removed a cell boundary")
-        document = json.loads(json.dumps(self.document))
-        for position, lines, newline in zip(self.code_cells, cells, self.ends_with_newline):
+        for lines, newline in zip(cells, self.ends_with_newline):
             if lines and lines[-1].endswith("\n") and not newline:
                 lines[-1] = lines[-1][:-1]
+        return cells
+
+    def with_text(self, text: str) -> str:
+        """The notebook's JSON with its code cells replaced from an edited module `text`.
+        Raises NotebookError when the edit moved or removed cell boundaries."""
+        cells = self.cells_from_text(text)
+        document = json.loads(json.dumps(self.document))
+        for position, lines in zip(self.code_cells, cells):
             source = document["cells"][position].get("source")
             document["cells"][position]["source"] = "".join(lines) if isinstance(source, str) else lines
         text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
