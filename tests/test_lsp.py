@@ -79,6 +79,19 @@ def change(client: LanguageClient, uri: str, version: int, text: str) -> None:
         content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
 
 
+def open_notebook(client: LanguageClient, path, cells: list[str]) -> tuple[str, list[str]]:
+    """Open a notebook of code cells; its URI and its cells' URIs, spelled as VS Code (here
+    code-server) spells them: an authority and an escaped fragment."""
+    cell_uris = [f"vscode-notebook-cell://127.0.0.1:8765{path}#W{i}sdnNjb2RlLXJlbW90ZQ%3D%3D" for i in range(len(cells))]
+    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(
+            uri=path.as_uri(), notebook_type="jupyter-notebook", version=1,
+            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in cell_uris]),
+        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
+                             for u, t in zip(cell_uris, cells)]))
+    return path.as_uri(), cell_uris
+
+
 def apply_text_edits(text: str, edits: list[types.TextEdit]) -> str:
     """Apply LSP edits (UTF-16 columns; these texts are ASCII) as a client would."""
     return apply_edits(text, [Edit("x", e.new_text, Location(e.range.start.line + 1, e.range.start.character + 1),
@@ -189,16 +202,7 @@ async def test_notebook_cells_get_their_diagnostics_and_quick_fix(client, tmp_pa
     cells = ["import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)",
              "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n"
              "    hidden.sum().backward()"]
-    notebook_uri = (tmp_path / "train.ipynb").as_uri()
-    # Spelled as VS Code (here code-server) spells them: an authority and an escaped fragment.
-    cell_uris = [f"vscode-notebook-cell://127.0.0.1:8765{tmp_path / 'train.ipynb'}#W{i}sdnNjb2RlLXJlbW90ZQ%3D%3D"
-                 for i in range(len(cells))]
-    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(
-            uri=notebook_uri, notebook_type="jupyter-notebook", version=1,
-            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in cell_uris]),
-        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
-                             for u, t in zip(cell_uris, cells)]))
+    _, cell_uris = open_notebook(client, tmp_path / "train.ipynb", cells)
     second = await published(client, cell_uris[1], 1)
     assert [(d.code, d.range.start.line, d.range.start.character) for d in second] == [("BX001", 2, 4)]
     assert await published(client, cell_uris[0], 1) == []
@@ -224,15 +228,7 @@ async def test_fix_all_in_a_notebook_edits_the_cells_that_change(client, tmp_pat
     cells = ["import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)",
              "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n"
              "    hidden.sum().backward()"]
-    notebook_uri = (tmp_path / "train.ipynb").as_uri()
-    cell_uris = [f"vscode-notebook-cell://127.0.0.1:8765{tmp_path / 'train.ipynb'}#W{i}sdnNjb2RlLXJlbW90ZQ%3D%3D"
-                 for i in range(len(cells))]
-    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(
-            uri=notebook_uri, notebook_type="jupyter-notebook", version=1,
-            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in cell_uris]),
-        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
-                             for u, t in zip(cell_uris, cells)]))
+    notebook_uri, cell_uris = open_notebook(client, tmp_path / "train.ipynb", cells)
     assert [d.code for d in await published(client, cell_uris[1], 1)] == ["BX001"]
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=cell_uris[0]),
