@@ -372,6 +372,15 @@ def assignments(scope: ast.AST, expression: str, *, deep: bool = False) -> list[
     return _assignment_index(scope, deep).get(canonical(expression), [])
 
 
+def last_assignment(scope: ast.AST, expression: str, before: int) -> Assignment | None:
+    """The last assignment to `expression` in `scope` on a line before `before`: what a name
+    read on line `before` was last set to, as far as straight-line code goes."""
+    for assignment in reversed(assignments(scope, expression)):
+        if assignment.stmt.lineno < before:
+            return assignment
+    return None
+
+
 def _assignment_index(scope: ast.AST, deep: bool) -> dict[str, list[Assignment]]:
     """Every assignment in `scope` by canonical target, built once per scope (trees are never
     changed after parsing)."""

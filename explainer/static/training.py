@@ -176,15 +176,15 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         expression = src.canonical(node)
         if expression == ignore or (isinstance(node, ast.Attribute) and node.attr == "data"):
             return False
-        earlier = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
-        if not earlier and expression in bindings:
+        last = src.last_assignment(scope, expression, before)
+        if last is None and expression in bindings:
             bound = bindings[expression]
             return has_history(bound.value, bound.scope, bound.before, strict=strict, ignore=bound.ignore,
                                depth=depth + 1, bindings=bound.bindings)
-        if not earlier or under_no_grad(earlier[-1].stmt):
+        if last is None or under_no_grad(last.stmt):
             return False
-        value = src.value_of(earlier[-1].stmt)
-        return value is not None and recurse(value, earlier[-1].stmt.lineno)
+        value = src.value_of(last.stmt)
+        return value is not None and recurse(value, last.stmt.lineno)
     return False
 
 
@@ -274,9 +274,9 @@ def flows_into_backward(body_owner: ast.AST, expression: str, reads=None) -> boo
                 return True
             for name in src.names_read(node) - seen:
                 seen.add(name)
-                earlier = [a for a in src.assignments(body_owner, name) if a.stmt.lineno <= call.lineno]
-                if earlier and src.value_of(earlier[-1].stmt) is not None:
-                    pending.append(src.value_of(earlier[-1].stmt))
+                last = src.last_assignment(body_owner, name, call.lineno + 1)
+                if last is not None and src.value_of(last.stmt) is not None:
+                    pending.append(src.value_of(last.stmt))
     return False
 
 
@@ -307,9 +307,9 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         # `build_model()` imported from the workspace: jedi follows it there.
         return jedi_types.call_gives_module(root, node.func) is True
     if isinstance(node, ast.Name):
-        earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
-        value = src.value_of(earlier[-1].stmt) if earlier else None
-        return value is not None and is_module(value, scope, earlier[-1].stmt.lineno, depth + 1)
+        last = src.last_assignment(scope, node.id, before)
+        value = src.value_of(last.stmt) if last is not None else None
+        return value is not None and is_module(value, scope, last.stmt.lineno, depth + 1)
     return False
 
 
@@ -329,10 +329,10 @@ def _parameter_free(node: ast.AST, scope: ast.AST, before: int) -> bool:
             return any(part in class_name for part in _PARAMETER_FREE)
         if not isinstance(node, ast.Name):
             return False
-        earlier = [a for a in src.assignments(scope, node.id) if a.stmt.lineno < before]
-        if not earlier or src.value_of(earlier[-1].stmt) is None:
+        last = src.last_assignment(scope, node.id, before)
+        if last is None or src.value_of(last.stmt) is None:
             return False
-        node, before = src.value_of(earlier[-1].stmt), earlier[-1].stmt.lineno
+        node, before = src.value_of(last.stmt), last.stmt.lineno
     return False
 
 

@@ -34,10 +34,9 @@ def explain_no_grad(ctx) -> Finding | None:
         if expression in seen or len(seen) > 24:
             continue
         seen.add(expression)
-        found = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
-        if not found:
+        assignment = src.last_assignment(scope, expression, before)
+        if assignment is None:
             continue
-        assignment = found[-1]
         cut = _cut_in(assignment.stmt)
         if cut is not None:
             return _no_grad_finding(ctx, source, scope, assignment, cut)
