@@ -213,12 +213,11 @@ class ExplainerServer(LanguageServer):
         self.publish(document, found, settings)
 
     async def _check_notebook(self, notebook: types.NotebookDocument) -> None:
-        cells = [c for c in notebook.cells if c.kind == types.NotebookCellKind.Code]
-        documents = [self.opened(c.document) for c in cells]
+        documents = [self.opened(cell_uri) for cell_uri in code_cell_uris(notebook)]
         documents = [d for d in documents if d is not None]
         versions = [d.version for d in documents]
         settings = self.settings
-        path = uris.to_fs_path(notebook.uri) or notebook.uri
+        path = notebook_path(notebook)
         sources = [d.source for d in documents]
         if self.over_limit(notebook.uri, sum(map(len, sources))):
             for document in documents:
@@ -472,19 +471,27 @@ async def _fix_all_in_file(ls: ExplainerServer, uri: str) -> types.CodeAction | 
 async def _fix_all_in_notebook(ls: ExplainerServer, notebook: types.NotebookDocument) -> types.CodeAction | None:
     """Every code cell fixed as one module: the edit replaces the cells that change, named as the
     client names them."""
-    cell_uris = [c.document for c in notebook.cells if c.kind == types.NotebookCellKind.Code]
+    cell_uris = code_cell_uris(notebook)
     cells = [ls.opened(cell_uri) for cell_uri in cell_uris]
     if any(cell is None for cell in cells):
         return None
     versions = [cell.version for cell in cells]
-    path = uris.to_fs_path(notebook.uri) or notebook.uri
-    fixed = await in_checker(editor.fix_all_cells, [cell.source for cell in cells], path, ls.settings)
+    fixed = await in_checker(editor.fix_all_cells, [cell.source for cell in cells], notebook_path(notebook), ls.settings)
     if fixed is None or [getattr(ls.opened(u), "version", None) for u in cell_uris] != versions:
         return None  # nothing to fix, or the notebook changed meanwhile
     changes = {cell_uri: [_whole(cell, text)]
                for cell_uri, cell, text in zip(cell_uris, cells, fixed) if text != cell.source}
     return types.CodeAction(title="Fix all backward-explainer problems in this notebook", kind=FIX_ALL_KIND,
                             edit=types.WorkspaceEdit(changes=changes))
+
+
+def code_cell_uris(notebook: types.NotebookDocument) -> list[str]:
+    """The notebook's code cells, in order, by the URIs the client names them with."""
+    return [c.document for c in notebook.cells if c.kind == types.NotebookCellKind.Code]
+
+
+def notebook_path(notebook: types.NotebookDocument) -> str:
+    return uris.to_fs_path(notebook.uri) or notebook.uri
 
 
 def _whole(document, new_text: str) -> types.TextEdit:
@@ -502,7 +509,7 @@ def _asked_for(kind: str, only: list[str] | None) -> bool:
 def workspace_edit(ls: ExplainerServer, uri: str, edits: tuple[Edit, ...]) -> types.WorkspaceEdit | None:
     """Edits for `uri`, or, in a notebook, for the cells they name."""
     notebook = ls.workspace.get_notebook_document(cell_uri=uri)
-    cell_uris = [c.document for c in notebook.cells if c.kind == types.NotebookCellKind.Code] if notebook else []
+    cell_uris = code_cell_uris(notebook) if notebook else []
     changes: dict[str, list[types.TextEdit]] = {}
     for edit in edits:
         target = cell_uris[edit.cell - 1] if notebook is not None and edit.cell else uri

@@ -98,7 +98,7 @@ def check_cells(sources: list[str], path: str, settings: Settings) -> list[list[
     if not settings.enable:
         return found
     try:
-        notebook, _ = without_unparseable_cells(lambda hidden: Notebook.from_sources(path, sources, hidden))
+        notebook = _cells_as_module(sources, path)
     except NotebookError:
         return found
     with collector_paused():
@@ -127,12 +127,20 @@ def fix_all_cells(sources: list[str], path: str, settings: Settings) -> list[str
     if not settings.enable:
         return None
     try:
-        notebook, _ = without_unparseable_cells(lambda hidden: Notebook.from_sources(path, sources, hidden))
+        notebook = _cells_as_module(sources, path)
         fixed, count = apply_safe_fixes(notebook.text, path, settings.select or None, settings.ignore or None)
-        cells = notebook.cells_from_text(fixed) if count else None
+        if not count:
+            return None
+        cells = notebook.cells_from_text(fixed)
     except (SyntaxError, ValueError):  # NotebookError included
         return None
-    return ["".join(lines) for lines in cells] if cells else None
+    return ["".join(lines) for lines in cells]
+
+
+def _cells_as_module(sources: list[str], path: str) -> Notebook:
+    """An editor's notebook (its code cells' texts) as one module, cells that don't parse hidden."""
+    notebook, _ = without_unparseable_cells(lambda hidden: Notebook.from_sources(path, sources, hidden))
+    return notebook
 
 
 def runtime_diagnostics(entries: list[dict], path: str, text: str) -> list[Diagnostic]:
