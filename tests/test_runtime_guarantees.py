@@ -168,6 +168,34 @@ def test_hooks_pass_every_argument_through_and_record_the_callers_line(installed
     assert all(c.filename == __file__ for c in calls)
 
 
+def _step_and_backward_elsewhere(optimizer, x) -> list[int]:
+    rows = [sys._getframe().f_lineno + 1]
+    optimizer.step()
+    rows.append(sys._getframe().f_lineno + 1)
+    (x * 2).sum().backward()
+    return rows
+
+
+def test_step_and_backward_sites_are_recorded_whichever_code_called_last(installed):
+    """The hooks remember the last code object found to be the user's, to skip the file-name test;
+    a step before any backward, and calls alternating between two functions, still get their own
+    lines."""
+    x = torch.ones(3, requires_grad=True)
+    x.grad = torch.zeros(3)
+    optimizer = torch.optim.SGD([x], lr=0.0)
+    rows = [sys._getframe().f_lineno + 1]
+    optimizer.step()
+    rows += _step_and_backward_elsewhere(optimizer, x)
+    rows.append(sys._getframe().f_lineno + 1)
+    optimizer.step()
+    rows.append(sys._getframe().f_lineno + 1)
+    (x * 3).sum().backward()
+    steps, calls = hooks.recent_steps()[-3:], hooks.recent_calls()[-2:]
+    assert [s.row for s in steps] == [rows[0], rows[1], rows[3]]
+    assert [c.row for c in calls] == [rows[2], rows[4]]
+    assert all(record.filename == __file__ for record in steps + calls)
+
+
 def test_any_signature_is_wrapped_faithfully():
     def original(self, first, /, second=2, *rest, retain_graph=None, create_graph=False, **extra):
         return (self, first, second, rest, retain_graph, create_graph, extra)

@@ -80,6 +80,10 @@ _local = _PerThread()
 _steps: deque[tuple] = deque(maxlen=64)  # (tick, mark, optimizer ref, code, lasti)
 _originals: dict[str, object] = {}
 _step_hook_handle = None
+# The code object of the last frame found to be the user's, shared by the backward and step hooks:
+# a training loop calls both from the same code every time, and `is` against it skips reading
+# the file name (a frame attribute, a code attribute and a `startswith` on every call).
+_last_user_code: list = [None]
 # Call sites whose retain_graph=True graph was already checked, with how often.
 _growth_checks: dict[tuple, int] = {}
 _GROWTH_CHECKS_PER_SITE = 8
@@ -140,12 +144,16 @@ def hooked({parameters}):
     if state[0]:
         return original({forward})
     caller = getframe(1)
-    if caller.f_code.co_filename.startswith(internal):
-        caller = user_frame(caller)
-    create = bool(create_graph)
-    retain = create if retain_graph is None else bool(retain_graph)
-    call = (next(ticks), peek(), {root_ids},
-            caller.f_code if caller is not None else None,
+    code = caller.f_code
+    if code is not user_code[0]:
+        if code.co_filename.startswith(internal):
+            caller = user_frame(caller)
+            code = caller.f_code if caller is not None else None
+        else:
+            user_code[0] = code
+    create = True if create_graph else False
+    retain = create if retain_graph is None else (True if retain_graph else False)
+    call = (next(ticks), peek(), {root_ids}, code,
             caller.f_lasti if caller is not None else 0, retain, create, kind)
     calls = state[1]
     if retain and calls:
@@ -164,8 +172,9 @@ def hooked({parameters}):
 
 # Names the template binds itself: a parameter of the same name would shadow them.
 _TEMPLATE_NAMES = {
-    "dynamo_tracing", "compiler", "state", "caller", "create", "retain", "call", "calls", "error", "original",
-    "per_thread", "getframe", "internal", "user_frame", "ticks", "peek", "kind", "check_growth", "explain_into",
+    "dynamo_tracing", "compiler", "state", "caller", "code", "user_code", "create", "retain", "call", "calls",
+    "error", "original", "per_thread", "getframe", "internal", "user_frame", "ticks", "peek", "kind",
+    "check_growth", "explain_into",
 }
 
 
@@ -229,7 +238,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
         raise UnsupportedTorch(f"{original.__qualname__} has parameters named {sorted(clashes)}")
     namespace = {
         "original": original, "per_thread": _local, "getframe": sys._getframe,
-        "internal": _INTERNAL, "user_frame": user_frame, "ticks": _ticks,
+        "internal": _INTERNAL, "user_code": _last_user_code, "user_frame": user_frame, "ticks": _ticks,
         "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth,
         "explain_into": _explain_into, "dynamo_tracing": _dynamo_tracing, "compiler": _compiler,
     }
@@ -274,13 +283,17 @@ def _on_step(optimizer, args, kwargs) -> None:
         return
     depth = _step_depth.get(type(optimizer))
     caller = sys._getframe(depth) if depth else None
-    if caller is None or caller.f_code.co_filename.startswith(_INTERNAL):
-        caller, depth = sys._getframe(1), 1
-        while caller is not None and caller.f_code.co_filename.startswith(_INTERNAL):
-            caller, depth = caller.f_back, depth + 1
-        _step_depth[type(optimizer)] = depth
-    _steps.append((next(_ticks), _peek_sequence_nr(), weakref.ref(optimizer),
-                   caller.f_code if caller is not None else None,
+    code = caller.f_code if caller is not None else None
+    if code is None or code is not _last_user_code[0]:
+        if code is None or code.co_filename.startswith(_INTERNAL):
+            caller, depth = sys._getframe(1), 1
+            while caller is not None and caller.f_code.co_filename.startswith(_INTERNAL):
+                caller, depth = caller.f_back, depth + 1
+            _step_depth[type(optimizer)] = depth
+            code = caller.f_code if caller is not None else None
+        else:
+            _last_user_code[0] = code
+    _steps.append((next(_ticks), _peek_sequence_nr(), weakref.ref(optimizer), code,
                    caller.f_lasti if caller is not None else 0))
 
 
@@ -337,4 +350,5 @@ def uninstall() -> None:
     _steps.clear()
     _growth_checks.clear()
     _step_depth.clear()
+    _last_user_code[0] = None
     journal.clear()
