@@ -41,6 +41,9 @@ from explainer.static.diagnostic import Diagnostic
 SECTION = "backwardExplainer"
 SOURCE = "backward-explainer"
 FIX_ALL_KIND = types.CodeActionKind.SourceFixAll + ".backward-explainer"
+# VS Code asks for `notebook.`-prefixed kinds once per notebook and lets their edits span cells;
+# a plain kind it asks of every cell on save, and drops an edit that touches another cell.
+NOTEBOOK_FIX_ALL_KIND = "notebook." + FIX_ALL_KIND
 DEBOUNCE_S = 0.005
 FINDINGS_POLL_S = 0.5
 # Larger documents are not checked (their diagnostics are cleared, and the log says why): parsing
@@ -429,7 +432,7 @@ def notebook_did_close(ls: ExplainerServer, params: types.DidCloseNotebookDocume
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
-    code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=False))
+    code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND, NOTEBOOK_FIX_ALL_KIND], resolve_provider=False))
 async def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     document = ls.opened(uri)
@@ -450,9 +453,13 @@ async def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> li
                 diagnostics=[to_lsp(document, diagnostic, ls.settings)],
                 is_preferred=True,
                 edit=edit))
+    notebook = ls.workspace.get_notebook_document(cell_uri=uri)
     if _asked_for(FIX_ALL_KIND, wanted):
-        notebook = ls.workspace.get_notebook_document(cell_uri=uri)
-        action = await (_fix_all_in_notebook(ls, notebook) if notebook is not None else _fix_all_in_file(ls, uri))
+        action = await (_fix_all_in_cell(ls, notebook, uri) if notebook is not None else _fix_all_in_file(ls, uri))
+        if action is not None:
+            actions.append(action)
+    if notebook is not None and _asked_for(NOTEBOOK_FIX_ALL_KIND, wanted):
+        action = await _fix_all_in_notebook(ls, notebook)
         if action is not None:
             actions.append(action)
     return actions
@@ -468,6 +475,24 @@ async def _fix_all_in_file(ls: ExplainerServer, uri: str) -> types.CodeAction | 
                             edit=types.WorkspaceEdit(changes={uri: [_whole(document, fixed)]}))
 
 
+async def _fix_all_in_cell(ls: ExplainerServer, notebook: types.NotebookDocument, uri: str) -> types.CodeAction | None:
+    """The fixes that lie inside this cell. Other cells may change meanwhile (VS Code fixes every
+    cell at once on save): a fix that stays in one cell does not depend on another's text."""
+    cell_uris = code_cell_uris(notebook)
+    cells = [ls.opened(cell_uri) for cell_uri in cell_uris]
+    spelled = [same_uri(cell_uri) for cell_uri in cell_uris]
+    if any(cell is None for cell in cells) or same_uri(uri) not in spelled:
+        return None  # a cell not yet opened, or a markdown cell
+    index = spelled.index(same_uri(uri))
+    version = cells[index].version
+    fixed = await in_checker(editor.fix_all_in_cell, [cell.source for cell in cells], index, notebook_path(notebook),
+                             ls.settings)
+    if fixed is None or getattr(ls.opened(uri), "version", None) != version:
+        return None
+    return types.CodeAction(title="Fix all backward-explainer problems in this cell", kind=FIX_ALL_KIND,
+                            edit=types.WorkspaceEdit(changes={cell_uris[index]: [_whole(cells[index], fixed)]}))
+
+
 async def _fix_all_in_notebook(ls: ExplainerServer, notebook: types.NotebookDocument) -> types.CodeAction | None:
     """Every code cell fixed as one module: the edit replaces the cells that change, named as the
     client names them."""
@@ -481,7 +506,7 @@ async def _fix_all_in_notebook(ls: ExplainerServer, notebook: types.NotebookDocu
         return None  # nothing to fix, or the notebook changed meanwhile
     changes = {cell_uri: [_whole(cell, text)]
                for cell_uri, cell, text in zip(cell_uris, cells, fixed) if text != cell.source}
-    return types.CodeAction(title="Fix all backward-explainer problems in this notebook", kind=FIX_ALL_KIND,
+    return types.CodeAction(title="Fix all backward-explainer problems in this notebook", kind=NOTEBOOK_FIX_ALL_KIND,
                             edit=types.WorkspaceEdit(changes=changes))
 
 

@@ -598,6 +598,29 @@ def test_editor_fix_all_in_a_notebook_changes_only_the_fixed_cell():
     assert fix_all_cells(cells, "train.ipynb", Settings(enable=False)) is None
 
 
+def test_editor_fix_all_in_a_cell_applies_only_the_fixes_inside_it():
+    """VS Code fixes each cell on its own on save: a cell gets the fixes whose edits all lie in it,
+    and a fix that moves a line from one cell into another is left to the notebook's fix-all."""
+    from explainer.static.editor import Settings, fix_all_cells, fix_all_in_cell
+
+    setup = "import torch\nw = torch.randn(5, requires_grad=True)\nopt = torch.optim.SGD([w], lr=0.1)\n" \
+            "w_hat = w / w.norm()\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)\n"
+    moved = "for step in range(3):\n    loss = (w_hat * torch.randn(5)).sum()\n    opt.zero_grad()\n" \
+            "    loss.backward()\n    opt.step()\n"
+    carried = "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n" \
+              "    hidden.sum().backward()"
+    cells = [setup, moved, carried, "def broken(:\n    pass"]
+    whole = fix_all_cells(cells, "train.ipynb", Settings())
+    assert "w_hat" not in whole[0] and "    w_hat = w / w.norm()\n" in whole[1]  # the cross-cell fix
+    assert [fix_all_in_cell(cells, n, "train.ipynb", Settings()) for n in (0, 1, 3)] == [None, None, None]
+    assert fix_all_in_cell(cells, 2, "train.ipynb", Settings()) == whole[2] == \
+        carried.replace("rnn(torch.randn(1, 3), hidden)", "rnn(torch.randn(1, 3), hidden.detach())")
+    # Once the cross-cell fix is in (cell 2 now starts a row further down): the same fix.
+    grown = [whole[0], whole[1], carried, cells[3]]
+    assert fix_all_in_cell(grown, 2, "train.ipynb", Settings()) == whole[2]
+    assert fix_all_in_cell(cells, 2, "train.ipynb", Settings(enable=False)) is None
+
+
 def test_sarif_output(tmp_path):
     result = run_check("--format", "sarif", "samples/gan_fake_reuse.py", "samples/rnn_hidden_chunks_fixed.py")
     assert result.returncode == 1

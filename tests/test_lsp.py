@@ -224,18 +224,29 @@ async def test_notebook_cells_get_their_diagnostics_and_quick_fix(client, tmp_pa
     assert [(d.code, d.severity) for d in client.diagnostics[cell_uris[1]]] == [("BX001", 1)]
 
 
+async def source_actions(client, uri: str, only: list[str]) -> list[types.CodeAction]:
+    return await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+        context=types.CodeActionContext(diagnostics=[], only=only)))
+
+
 async def test_fix_all_in_a_notebook_edits_the_cells_that_change(client, tmp_path):
+    """`notebook.source.fixAll` (asked once per notebook, from any cell) edits every cell that
+    changes; `source.fixAll` on a cell (what VS Code asks of each cell on save) edits that cell
+    alone, and a cell with nothing to fix gets no action."""
     cells = ["import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)",
              "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n"
              "    hidden.sum().backward()"]
     notebook_uri, cell_uris = open_notebook(client, tmp_path / "train.ipynb", cells)
     assert [d.code for d in await published(client, cell_uris[1], 1)] == ["BX001"]
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=cell_uris[0]),
-        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
-        context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.SourceFixAll])))
-    (fix_all,) = actions
+    (fix_all,) = await source_actions(client, cell_uris[0], ["notebook.source.fixAll"])
+    assert fix_all.kind == "notebook.source.fixAll.backward-explainer"
     assert fix_all.title.endswith("in this notebook") and list(fix_all.edit.changes) == [cell_uris[1]]
+    assert not await source_actions(client, cell_uris[0], [types.CodeActionKind.SourceFixAll])
+    (in_cell,) = await source_actions(client, cell_uris[1], [types.CodeActionKind.Source])
+    assert in_cell.kind == "source.fixAll.backward-explainer" and in_cell.title.endswith("in this cell")
+    assert in_cell.edit.changes == fix_all.edit.changes
     fixed = apply_text_edits(cells[1], fix_all.edit.changes[cell_uris[1]])
     assert fixed == cells[1].replace("hidden)\n", "hidden.detach())\n")
     client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(

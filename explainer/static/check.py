@@ -163,13 +163,15 @@ def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize) 
     return written
 
 
-def apply_safe_fixes(text: str, filename: str, select=None, ignore=None) -> tuple[str, int]:
+def apply_safe_fixes(text: str, filename: str, select=None, ignore=None, accept=None) -> tuple[str, int]:
     """`text` with non-overlapping safe fixes applied, pass after pass until none is left (at
-    most a few passes), and how many were applied. Never returns code that does not parse."""
+    most a few passes), and how many were applied. Never returns code that does not parse.
+    `accept(text, fix)`, if given, picks which of the fixes found in `text` may be applied."""
     fixed = 0
     for _ in range(_FIX_PASSES):
         fixes = _compatible([d.fix for d in check_text(text, filename, select, ignore)
-                             if d.fix is not None and d.fix.applicability == "safe"])
+                             if d.fix is not None and d.fix.applicability == "safe"
+                             and (accept is None or accept(text, d.fix))])
         if not fixes:
             break
         patched = apply_edits(text, [edit for f in fixes for edit in f.edits])

@@ -137,6 +137,39 @@ def fix_all_cells(sources: list[str], path: str, settings: Settings) -> list[str
     return ["".join(lines) for lines in cells]
 
 
+def fix_all_in_cell(sources: list[str], index: int, path: str, settings: Settings) -> str | None:
+    """Code cell `sources[index]` with every safe fix whose edits all lie inside it applied (the
+    cells read as one module, so names defined in other cells count), or None if it does not
+    change. A fix that also edits another cell is left to `fix_all_cells`: applied to one cell
+    alone it would be half a fix."""
+    if not settings.enable:
+        return None
+    try:
+        notebook = _cells_as_module(sources, path)
+        original_rows = notebook.text.count("\n")
+        first = notebook.starts[index]
+        # The next cell's boundary line, or None for the last cell; only this cell's rows change,
+        # so in an edited text it moves by the change in the number of lines.
+        boundary = notebook.starts[index + 1] - 1 if index + 1 < len(notebook.starts) else None
+
+        def inside(text: str, fix) -> bool:
+            end = None if boundary is None else boundary + text.count("\n") - original_rows
+            return all(edit.location.row >= first and (
+                end is None or edit.end_location.row < end or (edit.end_location.row == end and edit.end_location.column == 1))
+                for edit in fix.edits)
+
+        fixed, count = apply_safe_fixes(notebook.text, path, settings.select or None, settings.ignore or None,
+                                        accept=inside)
+        if not count:
+            return None
+        cells = ["".join(lines) for lines in notebook.cells_from_text(fixed)]
+    except (SyntaxError, ValueError):  # NotebookError included
+        return None
+    if any(text != source for n, (text, source) in enumerate(zip(cells, sources)) if n != index):
+        return None  # never: `inside` keeps every edit in this cell
+    return cells[index] if cells[index] != sources[index] else None
+
+
 def _cells_as_module(sources: list[str], path: str) -> Notebook:
     """An editor's notebook (its code cells' texts) as one module, cells that don't parse hidden."""
     notebook, _ = without_unparseable_cells(lambda hidden: Notebook.from_sources(path, sources, hidden))
