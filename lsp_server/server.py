@@ -453,6 +453,10 @@ async def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> li
                 diagnostics=[to_lsp(document, diagnostic, ls.settings)],
                 is_preferred=True,
                 edit=edit))
+    if wanted is None and params.context.trigger_kind == types.CodeActionTriggerKind.Automatic:
+        # The light bulb after a cursor move: clients show source actions only when asked for
+        # them, so the whole-document fixes below would be computed for nothing.
+        return actions
     notebook = ls.workspace.get_notebook_document(cell_uri=uri)
     if _asked_for(FIX_ALL_KIND, wanted):
         action = await (_fix_all_in_cell(ls, notebook, uri) if notebook is not None else _fix_all_in_file(ls, uri))

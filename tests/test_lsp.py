@@ -143,6 +143,15 @@ async def test_fix_all_in_file(client):
         range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
         context=types.CodeActionContext(diagnostics=[], only=[types.CodeActionKind.Source])))
     (fix_all,) = actions
+    # Asked for everything: the quick fixes and the fix-all; by the light bulb (automatic, with no
+    # kind named), which never shows source actions: the quick fixes alone.
+    everything, light_bulb = [await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=99, character=0)),
+        context=types.CodeActionContext(diagnostics=[], trigger_kind=trigger)))
+        for trigger in (types.CodeActionTriggerKind.Invoked, types.CodeActionTriggerKind.Automatic)]
+    assert [a.kind for a in everything] == ["quickfix", "quickfix", fix_all.kind]
+    assert [a.kind for a in light_bulb] == ["quickfix", "quickfix"]
     fixed = apply_text_edits(text, fix_all.edit.changes[uri])
     change(client, uri, 2, fixed)
     assert await published(client, uri, 2) == []

@@ -154,9 +154,9 @@ def fix_all_in_cell(sources: list[str], index: int, path: str, settings: Setting
 
         def inside(text: str, fix) -> bool:
             end = None if boundary is None else boundary + text.count("\n") - original_rows
-            return all(edit.location.row >= first and (
-                end is None or edit.end_location.row < end or (edit.end_location.row == end and edit.end_location.column == 1))
-                for edit in fix.edits)
+            return all(edit.location.row >= first
+                       and (end is None or (edit.end_location.row, edit.end_location.column) <= (end, 1))
+                       for edit in fix.edits)
 
         fixed, count = apply_safe_fixes(notebook.text, path, settings.select or None, settings.ignore or None,
                                         accept=inside)
@@ -166,7 +166,7 @@ def fix_all_in_cell(sources: list[str], index: int, path: str, settings: Setting
     except (SyntaxError, ValueError):  # NotebookError included
         return None
     if any(text != source for n, (text, source) in enumerate(zip(cells, sources)) if n != index):
-        return None  # never: `inside` keeps every edit in this cell
+        return None  # a guard: `inside` keeps every edit in this cell, so none other can change
     return cells[index] if cells[index] != sources[index] else None
 
 
