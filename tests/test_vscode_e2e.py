@@ -4,8 +4,6 @@ driven by Playwright in Debian's chromium (tests/editors/vscode_drive.py).
 - The diagnostic shows in the Problems panel at the sample's culprit line with its squiggle, and
   the quick fix (Ctrl+.) changes the text and clears it; the same in a notebook built from the
   sample, where the problem is on the loop cell's own line.
-- With `source.fixAll.backward-explainer` in `editor.codeActionsOnSave` and
-  `notebook.codeActionsOnSave`, saving a copy of the file and of the notebook fixes them.
 - In restricted mode (the user answers "No" to the workspace-trust prompt) an interpreter that
   the workspace's own settings name is never launched, and the checks still run with the user's;
   once the folder is trusted, that interpreter is used.
@@ -135,8 +133,6 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
     workspace.mkdir()
     shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
     notebook_row = write_notebook(workspace / "truncated_bptt.ipynb", SAMPLE.path.read_text())
-    shutil.copy(SAMPLE.path, workspace / "saved.py")  # the same bugs, to be fixed on save
-    write_notebook(workspace / "saved.ipynb", SAMPLE.path.read_text())
     # Modules that would shadow the server's own if it ran from the workspace folder.
     markers = tmp_path / "markers"
     markers.mkdir()
@@ -144,14 +140,12 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
         (workspace / name).parent.mkdir(exist_ok=True)
         (workspace / name).write_text(f"open({str(markers / name.replace('/', '.'))!r}, 'w').write('ran')\n")
 
-    settings = {"backwardExplainer.interpreter": [python], "backwardExplainer.importStrategy": strategy,
-                "editor.codeActionsOnSave": {"source.fixAll.backward-explainer": "explicit"},
-                "notebook.codeActionsOnSave": {"source.fixAll.backward-explainer": "explicit"}}
+    settings = {"backwardExplainer.interpreter": [python], "backwardExplainer.importStrategy": strategy}
     with code_server(tmp_path, workspace, settings, workspace_trust=False) as (url, cache_dir):
         shots.mkdir(parents=True, exist_ok=True)
         culprit_column = 10
         report = drive(cache_dir, "fix", url, workspace, shots, SAMPLE.path.name, SAMPLE.culprit_row,
-                       culprit_column - 1, "truncated_bptt.ipynb", "saved.py", "saved.ipynb")
+                       culprit_column - 1, "truncated_bptt.ipynb")
 
     (problem,) = [p for p in report["problems"] if "BX001" in p]
     assert f"[Ln {SAMPLE.culprit_row}, Col {culprit_column}]" in problem and "backward-explainer" in problem
@@ -162,13 +156,6 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
     assert f"[Ln {notebook_row}, Col {culprit_column}]" in cell_problem
     assert "hidden.detach()" in report["notebook_cells_after_fix"][-1].replace("\xa0", " ")
     assert report["notebook_problems_after_fix"] == []
-
-    # Fix all on save: the file, and the notebook cell by cell (as docs/editors.md says to set it).
-    assert "hidden.detach()" in report["text_after_save"].replace("\xa0", " ")
-    saved = (workspace / "saved.py").read_text()
-    assert saved.startswith("# saved\n") and saved.count("hidden.detach()") == 1
-    on_disk = [cell["source"] for cell in json.loads((workspace / "saved.ipynb").read_text())["cells"]]
-    assert "".join(on_disk[2]).startswith("# saved\n") and "hidden.detach()" in "".join(on_disk[2])
     assert sorted(p.name for p in markers.iterdir()) == []  # the server ran none of the workspace's code
 
 

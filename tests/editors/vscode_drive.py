@@ -1,10 +1,9 @@
 """Drive VS Code (code-server) in Debian's chromium with Playwright, as a user would. Prints one
 JSON report; saves screenshots into the output folder. Run with the e2e venv's Python:
 
-    vscode_drive.py fix URL FOLDER OUT_DIR SAMPLE_NAME CULPRIT_ROW COLUMN NOTEBOOK_NAME SAVED_SAMPLE SAVED_NOTEBOOK
+    vscode_drive.py fix URL FOLDER OUT_DIR SAMPLE_NAME CULPRIT_ROW COLUMN NOTEBOOK_NAME
         open a buggy sample, read the Problems panel, apply the quick fix with Ctrl+. and read
-        it again; then the same in a notebook's cell. Then edit and save (Ctrl+S) copies of
-        both, for the fix-all on save that the settings ask for, and read them again.
+        it again; then the same in a notebook's cell.
     vscode_drive.py trust URL FOLDER OUT_DIR SAMPLE_NAME MARKER
         answer "No" to the workspace-trust prompt, open the sample and read its problem, and
         whether MARKER (written by the workspace's own interpreter) exists; then trust the
@@ -65,37 +64,7 @@ def show_problems(page) -> list[str]:
     return problems(page)
 
 
-def cells(page) -> list[str]:
-    """The code cells of the notebook on screen (an editor that was closed may stay in the page)."""
-    return page.locator(".notebook-editor .cell-editor-container .view-lines:visible").all_inner_texts()
-
-
-def close_all_editors(page) -> None:
-    page.keyboard.press("Control+Shift+P")
-    time.sleep(1)
-    page.keyboard.type("View: Close All Editors")
-    time.sleep(1.5)
-    page.keyboard.press("Enter")
-    time.sleep(1)
-
-
-def edit_and_save(page, focus, fixed, out_dir: str, shot: str):
-    """Put the cursor in an editor with `focus()`, type a comment at its top (so there is
-    something to save), press Ctrl+S, and wait until `fixed()` reads the fix-on-save's result
-    (or a minute has passed)."""
-    focus()
-    time.sleep(1)
-    page.keyboard.press("Control+Home")
-    page.keyboard.type("# saved\n")
-    page.keyboard.press("Control+S")
-    deadline = time.time() + 60
-    while "hidden.detach()" not in fixed().replace("\xa0", " ") and time.time() < deadline:
-        time.sleep(0.5)
-    time.sleep(1)
-    page.screenshot(path=f"{out_dir}/{shot}")
-
-
-def fix(url, folder, out_dir, sample, row, column, notebook, saved_sample, saved_notebook) -> None:
+def fix(url, folder, out_dir, sample, row, column, notebook) -> None:
     with sync_playwright() as playwright:
         browser, page = open_workbench(playwright, url, folder)
         time.sleep(3)
@@ -127,23 +96,10 @@ def fix(url, folder, out_dir, sample, row, column, notebook, saved_sample, saved
         time.sleep(1)
         quick_fix(page, out_dir, "notebook-quick-fix-menu.png")
         wait_until_no_problems(page)
-        report["notebook_cells_after_fix"] = cells(page)
+        report["notebook_cells_after_fix"] = page.locator(".notebook-editor .cell-editor-container .view-lines") \
+            .all_inner_texts()
         report["notebook_problems_after_fix"] = problems(page)
         page.screenshot(path=f"{out_dir}/notebook-after-fix.png")
-
-        # The copies, each the only editor open; the cursor goes in through their problem's row.
-        problem = page.locator(".markers-panel .monaco-list-row", has_text="BX001")
-        close_all_editors(page)
-        open_file(page, saved_sample)
-        problem.wait_for(timeout=120000)
-        text = page.locator(".monaco-editor .view-lines:visible").first
-        edit_and_save(page, problem.dblclick, text.inner_text, out_dir, "after-save.png")
-        report["text_after_save"] = text.inner_text()
-        close_all_editors(page)
-        open_file(page, saved_notebook)
-        problem.wait_for(timeout=120000)
-        edit_and_save(page, problem.dblclick, lambda: "".join(cells(page)), out_dir, "notebook-after-save.png")
-        report["notebook_cells_after_save"] = cells(page)
         browser.close()
 
 
