@@ -107,6 +107,9 @@ def main() -> int:
         heading = (f"Device: {device} ({options.device}); torch {torch.__version__}; "
                    f"{datetime.date.today().isoformat()}. Made by `python samples/validate.py "
                    f"--device {options.device} --write-readme`.")
+        if options.device == "cpu":
+            heading = ("A CPU run: `--device cuda` runs the same checks on a GPU, and its table "
+                       "replaces this one when a session has one.\n\n" + heading)
         readme = manifest.HERE / "README.md"
         text = readme.read_text()
         marker = "## Validation table"
