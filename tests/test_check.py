@@ -23,6 +23,7 @@ EXPECTED = {
     "rnn_hidden_chunks": "BX001", "lstm_tuple_state": "BX001", "discarded_detach": "BX001",
     "module_rnn_state": "BX001", "ema_attribute": "BX001", "seed003_stored_states": "BX001",
     "seed003_yest_carried": "BX001", "seed003_yest_retain_graph": "BX001", "running_loss_total": "BX002",
+    "helper_returns_state": "BX001", "state_kept_after_backward": "BX001",
     "weight_outside_loop": "BX004", "lbfgs_closure": "BX004", "init_derived_tensor": "BX004",
     "past_states_list": "BX005", "dict_cache": "BX005",
     "gan_fake_reuse": "BX006", "multitask_two_losses": "BX006", "seed000_ex1_two_losses": "BX006",
@@ -328,6 +329,23 @@ CORRECT_CODE = {
             hidden = train_step(rnn, x, hidden)
             global_step = count(global_step)
             smoothed = 0.9 * smoothed + 0.1 * predict(rnn, x)
+    """,
+    "a state stepped through time and reset for every batch": """
+        cell = nn.RNNCell(3, 4)
+        for batch in loader:
+            h = torch.zeros(1, 4)
+            for t in range(5):
+                new_h = cell(batch[t], h)
+                h = new_h
+            h.sum().backward()
+    """,
+    "the new state kept detached after the backward": """
+        cell = nn.RNNCell(3, 4)
+        for batch in loader:
+            new_h = cell(batch, h)
+            new_h.sum().backward()
+            h = new_h.detach()
+            last_output = new_h
     """,
     "counter and step": """
         step = 0

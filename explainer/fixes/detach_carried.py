@@ -28,6 +28,19 @@ def detach_where_read(source: Source, carrier: str, assignment: Assignment, is_t
                f"the current step's graph", edits)
 
 
+def keep_detached(source: Source, carrier: str, stmt: ast.stmt, is_tuple: bool) -> Fix | None:
+    """`h = new_h` after the backward -> `h = new_h.detach()`: the next step gets the value
+    without the graph that this step's backward has just freed."""
+    value = getattr(stmt, "value", None)
+    if not isinstance(stmt, ast.Assign) or value is None or reads(value, carrier):
+        return None
+    text = source.segment(value)
+    if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+        text = f"({text})"
+    return Fix(f"Keep `{source.segment(value)}` for the next step without its graph, which this "
+               f"step's backward frees", (replace(source, value, detached(text, is_tuple)),))
+
+
 def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool) -> Fix | None:
     """Insert `carrier = carrier.detach()` before the loop body's first use of the carrier."""
     for stmt in loop.body:

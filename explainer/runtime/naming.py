@@ -105,10 +105,16 @@ def bindings(frames) -> list[Binding]:
 
 
 def _variables(frames):
-    """(frame index, name, value) for each frame's locals, then its globals."""
+    """(frame index, name, value) for each frame's locals, then its globals. Globals belong to
+    the frame that runs the module's own code when it is on the stack: a helper's local `state`
+    and the loop's global `state` are two variables, and each must be looked up in its own scope."""
+    module_frame = {}
+    for index, frame in enumerate(frames):
+        if frame.f_globals is frame.f_locals:
+            module_frame.setdefault(id(frame.f_globals), index)
     for index, frame in enumerate(frames):
         scopes = [frame.f_locals]
-        if frame.f_globals is not frame.f_locals:
+        if frame.f_globals is not frame.f_locals and module_frame.get(id(frame.f_globals), index) <= index:
             scopes.append(frame.f_globals)
         for scope in scopes:
             for name, value in list(scope.items()):

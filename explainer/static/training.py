@@ -402,10 +402,10 @@ def carried_across_passes(stmt: ast.stmt, target: ast.expr, scope: ast.AST, cont
     reads = live_reads(value, expression) if not isinstance(stmt, ast.AugAssign) else [target]
     if not reads or not has_history(value, scope, stmt.lineno, ignore=expression):
         return False
-    return not detached_in(container, expression) and not _reset_before(container, stmt, expression)
+    return not detached_in(container, expression) and not reset_before(container, stmt, expression)
 
 
-def _reset_before(container, stmt, expression) -> bool:
+def reset_before(container, stmt, expression) -> bool:
     """A fresh value each iteration (`hidden = model.init_hidden()` at the top) is not carried."""
     for node in src.own_nodes(container):
         if isinstance(node, ast.stmt) and node.lineno < stmt.lineno and node is not stmt \

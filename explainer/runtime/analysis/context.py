@@ -109,7 +109,11 @@ class Context:
     def steps_between(self, start_tick: int, end_tick: int) -> list[StepCall]:
         return [s for s in self.steps if start_tick < s.tick < end_tick]
 
-    def locate(self, binding: naming.Binding, before_row: int | None = None) -> Located | None:
+    def locate(self, binding: naming.Binding, before_row: int | None = None,
+               from_last_iteration: bool = False) -> Located | None:
+        """The statement that made `binding`'s value: preferably one before `before_row`, or,
+        `from_last_iteration`, anywhere in the loop around the backward (the value was made
+        in the previous pass, possibly after the backward's line: `h = out` at the loop's end)."""
         frame = self.frames[binding.frame_index]
         source, scope = self.frame_source(frame)
         if source is None:
@@ -118,10 +122,11 @@ class Context:
             container = binding.container_expression
             whole = src.assignments(scope, container)
             if whole and not src.appends(scope, container):
-                return self._pick(source, scope, whole, container, before_row)
+                return self._pick(source, scope, whole, container, before_row, from_last_iteration)
             return self._locate_stored(binding, source, scope)
         expression = binding.expression
-        found = self._pick(source, scope, src.assignments(scope, expression), expression, before_row)
+        found = self._pick(source, scope, src.assignments(scope, expression), expression, before_row,
+                           from_last_iteration)
         if found is None and scope is not source.tree:
             found = self._pick(source, source.tree, src.assignments(source.tree, expression),
                                expression, None)
@@ -129,7 +134,7 @@ class Context:
             found = self._locate_attribute(binding)
         return found
 
-    def _pick(self, source, scope, found, expression, before_row) -> Located | None:
+    def _pick(self, source, scope, found, expression, before_row, from_last_iteration=False) -> Located | None:
         if not found:
             return None
         loops = self.backward_loops(source, scope)
@@ -137,7 +142,7 @@ class Context:
         def score(assignment: src.Assignment):
             stmt = assignment.stmt
             in_loop = any(loop.lineno <= stmt.lineno <= loop.end_lineno for loop in loops)
-            before = before_row is None or stmt.lineno <= before_row
+            before = before_row is None or stmt.lineno <= before_row or (from_last_iteration and in_loop)
             return (before, self_referencing(assignment, expression), in_loop, stmt.lineno)
 
         best = max(found, key=score)
@@ -217,8 +222,12 @@ class Context:
                 # e.g. an RNN's final hidden state: made by this step, not used by its loss.
                 carried.append(Candidate(binding, "carried"))
         ranked = []
+        previous = self.previous
+        same_site = (self.call is not None and previous is not None
+                     and (previous.filename, previous.row) == (self.call.filename, self.call.row))
         for candidate in direct + stored:
-            candidate.located = self.locate(candidate.binding, self.call.row if self.call else None)
+            candidate.located = self.locate(candidate.binding, self.call.row if self.call else None,
+                                            from_last_iteration=same_site)
             self._follow_container_alias(candidate)
             ranked.append(candidate)
         carried_located = []

@@ -72,6 +72,8 @@ def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, 
     fixes: list[Fix] = []
     advice = RETAIN_GRAPH_GROWS
 
+    if candidate.relation == "direct" and _fed_back_in_a_loop(located):
+        candidate.relation = "carried"
     if candidate.relation == "carried":
         role = "carried across iterations"
         summary = f"`{name}` carries the graph of the previous iteration into this backward."
@@ -121,17 +123,31 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
     if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
             and src.canonical(receiver) == src.canonical(name):
         fixes.append(accumulate_item.accumulate_with_item(source, name, located.assignment, receiver))
-    loops = ctx.backward_loops(source, located.scope)
+    # The loop may be in a caller: `state = train_step(model, state)` around a helper's backward.
+    loops = ctx.backward_loops(source, located.scope) or src.loops_around(stmt)
     loop = loops[-1] if loops else None
     for candidate_loop in loops:
         if any(s is stmt for s in candidate_loop.body):
             loop = candidate_loop
     if loop is not None:
         fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
+        if failing is not None and stmt.lineno > failing.end_lineno and _inside(failing, loop):
+            fixes.append(detach_carried.keep_detached(source, name, stmt, is_tuple))
         if any(s is stmt for s in loop.body):
             fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
         fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple))
     return fixes
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    return any(ancestor is outer for ancestor in src.ancestors(node))
+
+
+def _fed_back_in_a_loop(located: Located | None) -> bool:
+    """The stale value itself is bound to a name that a loop re-assigns from its old value:
+    `state = train_step(x, state)` while the helper's backward runs, or `h = out` after it."""
+    return (located is not None and located.carried and isinstance(located.store, ast.stmt)
+            and bool(src.loops_around(located.store)))
 
 
 def _direct(ctx, candidate, previous, between, failing, source, scope):
@@ -229,7 +245,7 @@ def _freed_by_grad(ctx, current, targets, previous) -> Finding | None:
     message = (f"`{grad_code}` at line {previous.row} back-propagated through `{name}`'s graph and "
                f"freed it (no create_graph/retain_graph), and this backward (line {ctx.call.row}) "
                f"goes through `{name}` again. Its result feeds a loss, so it must build a graph "
-               f"itctx.")
+               f"itself.")
     if fix is not None:
         message += f" Fix: {fix.message}."
     row = grad_stmt.lineno

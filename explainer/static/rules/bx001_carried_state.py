@@ -4,6 +4,7 @@
 Flags a tensor that is re-assigned from its own previous value by something with autograd history
 (`out, hidden = model(x, hidden)`, `Yest = Yest + w * X`, `self.hidden = ...self.hidden...` in a
 module) inside a loop that calls `backward()` (or in a module method), when nothing detaches it.
+Also flags the same state kept through another name: `new_h = cell(x, h)` ... `h = new_h`.
 
 ## Why is this bad?
 The new value's history includes the old one, so each iteration's graph is linked to the previous
@@ -35,9 +36,18 @@ from collections.abc import Iterator
 
 from ... import source as src
 from ...fixes import detach_carried
+from .. import dataflow
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import carried_across_passes, training_loops
+from ..training import (
+    carried_across_passes,
+    detached_in,
+    has_history,
+    live_reads,
+    reset_before,
+    training_loops,
+    under_no_grad,
+)
 
 CODE = "BX001"
 NAME = "carried-state"
@@ -64,6 +74,8 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagn
         if attributes_only and not expression.startswith("self."):
             continue
         if not carried_across_passes(stmt, target, scope, loop if loop is not None else scope):
+            if loop is not None:
+                yield from _carried_through_a_name(module, stmt, target, expression, scope, loop)
             continue
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp) and loop is not None \
                 and _is_running_total(stmt, expression):
@@ -74,6 +86,31 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagn
             CODE, target,
             f"`{text}` is re-assigned from itself with autograd history and never detached: each "
             f"backward reaches into the previous iteration's freed graph", fix)
+
+
+def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> Iterator[Diagnostic]:
+    """`new_h = cell(x, h)` ... `h = new_h`: the loop keeps a value made from the old state."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or under_no_grad(stmt):
+        return
+    made_from_old = next((a for a in dataflow.ancestors(stmt.value, scope, stmt.lineno)
+                          if a.value is not None and a.stmt is not stmt and _inside(a.stmt, loop)
+                          and live_reads(a.value, expression)), None)
+    if made_from_old is None or not has_history(made_from_old.value, scope, made_from_old.line, ignore=expression):
+        return
+    if detached_in(loop, expression) or reset_before(loop, made_from_old.stmt, expression):
+        return
+    text = module.source.segment(target)
+    is_tuple = _initial_is_tuple(scope, expression, stmt.lineno)
+    yield module.diagnostic(
+        CODE, target,
+        f"`{text}` is re-assigned from `{module.source.segment(stmt.value)}`, made from `{text}` at "
+        f"line {made_from_old.line} with autograd history, and never detached: each backward "
+        f"reaches into the previous iteration's freed graph",
+        detach_carried.keep_detached(module.source, expression, stmt, is_tuple))
+
+
+def _inside(node, outer) -> bool:
+    return any(ancestor is outer for ancestor in src.ancestors(node))
 
 
 def _is_running_total(stmt, expression) -> bool:
