@@ -25,7 +25,7 @@ EXPECTED = {
     "seed003_yest_carried": "BX001", "seed003_yest_retain_graph": "BX001", "running_loss_total": "BX002",
     "helper_returns_state": "BX001", "state_kept_after_backward": "BX001",
     "weight_outside_loop": "BX004", "lbfgs_closure": "BX004", "init_derived_tensor": "BX004",
-    "past_states_list": "BX005", "dict_cache": "BX005",
+    "past_states_list": "BX005", "dict_cache": "BX005", "reinforce_log_probs": "BX005",
     "gan_fake_reuse": "BX006", "multitask_two_losses": "BX006", "seed000_ex1_two_losses": "BX006",
     "actor_critic_step": "BX007", "gan_step_before_g": "BX007", "seed000_ex2_retain_graph": "BX007",
     "seed002_ex1_hidden_layer": "BX007",
@@ -404,6 +404,34 @@ BUGGY_CODE = {
             hidden = train_step(rnn, x, hidden)
             global_step = count(global_step)
     """),
+    "every loss so far kept in a list and back-propagated whole": ("BX005", """
+        model = nn.Linear(3, 1)
+        losses = []
+        for x, y in batches:
+            loss = mse_loss(model(x), y)
+            losses.append(loss)
+            torch.stack(losses).mean().backward()
+            optimizer.step()
+    """),
+    "an LSTM state that starts as None": ("BX001", """
+        lstm = nn.LSTM(3, 6)
+        state = None
+        for x in batches:
+            out, state = lstm(x, state)
+            out.sum().backward()
+    """),
+    "a forward helper decorated with no_grad": ("BX009", """
+        from torch.nn.functional import mse_loss
+        model = nn.Linear(3, 1)
+
+        @torch.no_grad()
+        def predict(x):
+            return model(x)
+
+        for x, y in batches:
+            loss = mse_loss(predict(x), y)
+            loss.backward()
+    """),
     "a prediction detached where it is made": ("BX009", """
         from torch.nn.functional import mse_loss
         model = nn.Linear(3, 1)
@@ -424,6 +452,13 @@ def test_buggy_variant_is_flagged_and_its_fix_silences_it(name):
     patched = apply_edits(text, found[0].fix.edits)
     compile(patched, name, "exec")
     assert not [d for d in check_text(patched, "variant.py") if d.code == code]
+
+
+def test_a_state_that_starts_as_none_is_detached_only_once_it_exists():
+    code, text = BUGGY_CODE["an LSTM state that starts as None"]
+    found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
+    assert [e.content for e in found[0].fix.edits] == [
+        "    if state is not None:\n        state = tuple(h.detach() for h in state)\n"]
 
 
 def test_every_rule_flags_some_sample_or_variant():

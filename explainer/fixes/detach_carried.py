@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Assignment, Source, reads
+from ..source import Assignment, Source, assignments, reads
 from .edits import insert_lines_before, replace
 
 
@@ -41,15 +41,28 @@ def keep_detached(source: Source, carrier: str, stmt: ast.stmt, is_tuple: bool) 
                f"step's backward frees", (replace(source, value, detached(text, is_tuple)),))
 
 
-def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool) -> Fix | None:
-    """Insert `carrier = carrier.detach()` before the loop body's first use of the carrier."""
+def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool,
+                         may_be_none: bool = False) -> Fix | None:
+    """Insert `carrier = carrier.detach()` before the loop body's first use of the carrier;
+    guarded by `if carrier is not None:` when the loop starts it as None (`state = None`, as
+    nn.LSTM and nn.GRU accept)."""
     for stmt in loop.body:
         if reads(stmt, carrier):
             line = f"{carrier} = {detached(carrier, is_tuple)}"
+            lines = [f"if {carrier} is not None:", f"    {line}"] if may_be_none else [line]
             return Fix(f"Detach `{carrier}` at the start of each iteration, so the history of the "
                        f"previous iteration is not back-propagated again",
-                       (insert_lines_before(source, stmt, [line]),))
+                       (insert_lines_before(source, stmt, lines),))
     return None
+
+
+def starts_as_none(scope: ast.AST, carrier: str, loop: ast.stmt) -> bool:
+    """Whether `carrier` is set to None before the loop (the first pass has no state yet)."""
+    for assignment in assignments(scope, carrier):
+        value = getattr(assignment.stmt, "value", None)
+        if assignment.stmt.lineno < loop.lineno and isinstance(value, ast.Constant) and value.value is None:
+            return True
+    return False
 
 
 def keep_discarded_detach(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool) -> Fix | None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Fix
+from ..model import Edit, Fix, Location
 from ..source import Source, assignments, canonical
 from .edits import replace, statement_text
 
@@ -40,3 +40,13 @@ def leave_no_grad(source: Source, with_stmt: ast.With) -> Fix | None:
     text = ("\n" + indent).join(body_lines)
     return Fix("Run this forward with autograd on: under `torch.no_grad()` it records no graph",
                (replace(source, with_stmt, text),))
+
+
+def remove_decorator(source: Source, function: ast.AST, decorator: ast.expr) -> Fix:
+    """Drop `@torch.no_grad()` from a function the training step calls. Unsafe: its other
+    callers (evaluation) then build graphs too, and `.numpy()` on their results fails."""
+    at, end = Location(decorator.lineno, 1), Location(decorator.end_lineno + 1, 1)
+    return Fix(f"Remove `@{source.segment(decorator)}` from `{function.name}` (line {decorator.lineno}): "
+               f"every call of it, this training one included, records no graph; where a caller "
+               f"wants none, wrap that call in `with torch.no_grad():`",
+               (Edit(source.filename, "", at, end),), "unsafe")

@@ -9,7 +9,7 @@ _INPLACE = "modified by an inplace operation"
 _NO_GRAD = "does not require grad and does not have a grad_fn"
 
 _INPLACE_DETAIL = re.compile(
-    r"\[(?P<type>[\w.]+) \[(?P<shape>[\d, ]*)\]\], which is (?P<origin>.*?), is at version "
+    r"\[(?P<type>[\w.]+) \[(?P<shape>[\d, ]*)\]\](?:, which is (?P<origin>.*?),)? is at version "
     r"(?P<version>\d+); expected version (?P<expected>\d+)"
 )
 
@@ -43,5 +43,5 @@ def inplace_detail(error: BaseException) -> InplaceDetail | None:
         return None
     shape = tuple(int(d) for d in match["shape"].replace(" ", "").split(",") if d)
     return InplaceDetail(
-        match["type"], shape, match["origin"], int(match["version"]), int(match["expected"])
+        match["type"], shape, match["origin"] or "", int(match["version"]), int(match["expected"])
     )

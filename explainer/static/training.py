@@ -49,6 +49,24 @@ def training_loops(tree: ast.Module) -> tuple[TrainingLoop, ...]:
     return src.cached(tree, "_training_loops", find)
 
 
+def no_grad_decorator(function: ast.AST) -> ast.expr | None:
+    """`@torch.no_grad()` / `@torch.inference_mode()` on a def: every call of it records no graph."""
+    return next((d for d in getattr(function, "decorator_list", ())
+                 if "no_grad" in src.canonical(d) or "inference_mode" in src.canonical(d)), None)
+
+
+def called_without_graph(value: ast.AST, scope: ast.AST) -> tuple[ast.AST, ast.expr] | None:
+    """(function, decorator) for a function of this file, decorated so it records no graph,
+    that `value` calls (`loss = predict(x).pow(2).mean()`)."""
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call):
+            helper = helper_called(node, scope)
+            decorator = no_grad_decorator(helper) if helper is not None else None
+            if decorator is not None:
+                return helper, decorator
+    return None
+
+
 def under_no_grad(node: ast.AST) -> bool:
     for ancestor in src.ancestors(node):
         if isinstance(ancestor, (ast.With, ast.AsyncWith)) and any(
@@ -57,8 +75,7 @@ def under_no_grad(node: ast.AST) -> bool:
         ):
             return True
         if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return any("no_grad" in src.canonical(d) or "inference_mode" in src.canonical(d)
-                       for d in ancestor.decorator_list)
+            return no_grad_decorator(ancestor) is not None
     return False
 
 

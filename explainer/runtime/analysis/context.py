@@ -264,6 +264,22 @@ class Context:
                         located.source.segment(store.target), True)
         candidate.located, candidate.relation = alias, "stored"
 
+    def tensors_in_container(self, binding: naming.Binding) -> list:
+        """The tensors held by the list, tuple or dict that `binding` is an element of (two
+        levels deep: a list of tuples), read from its frame again."""
+        frame = self.frames[binding.frame_index]
+        scope = frame.f_locals if binding.base in frame.f_locals else frame.f_globals
+        value = scope.get(binding.base)
+        steps = binding.steps
+        while steps and steps[-1][0] == "item":
+            steps = steps[:-1]
+        for kind, key in steps:
+            try:
+                value = getattr(value, key) if kind == "attr" else value[key]
+            except Exception:  # noqa: BLE001 - the user's object may have changed shape since
+                return []
+        return list(_tensors_in(value, 2))
+
     def failing_statement(self):
         if self.call is None:
             return None, None, None
@@ -283,6 +299,18 @@ class Context:
             return Culprit(candidate.name, frame.f_code.co_filename, Location(frame.f_lineno, 1), role)
         return Culprit(candidate.name, located.source.filename, located.location, role,
                        located.source.line(located.row).strip())
+
+
+def _tensors_in(value, depth: int):
+    if isinstance(value, dict):
+        value = list(value.values())
+    if not isinstance(value, (list, tuple)) or depth < 0:
+        return
+    for item in value[: naming.MAX_ITEMS * 4]:
+        if hasattr(item, "grad_fn"):
+            yield item
+        else:
+            yield from _tensors_in(item, depth - 1)
 
 
 def _self_ref(candidate: Candidate) -> bool:

@@ -7,8 +7,8 @@ import math
 import os
 
 from ... import source as src
-from ...fixes import graph_options, recompute_forward
-from ...fixes.edits import delete_lines, statement_text
+from ...fixes import graph_options, out_of_place, recompute_forward
+from ...fixes.edits import delete_lines, node_start, statement_text
 from ...model import Culprit, Edit, Finding, Fix, Location
 from .. import graph, naming
 from ..errors import InplaceDetail
@@ -28,6 +28,12 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
     failing_seq = full.seq.get(failing_key, 0) if failing_key is not None else 0
     steps = [s for s in ctx.steps if s.mark > failing_seq and (ctx.call is None or s.tick < ctx.call.tick)]
     step = _step_for(steps, parameter)
+    if step is None and parameter is None:
+        changed = _changed_by_user(ctx, failing_key, detail)
+        if changed is not None:
+            return changed
+    elif step is None:
+        step = _manual_update(ctx, parameter)
     # The tensor built before the step whose graph this backward reuses.
     reaching = _reaching(full, {failing_key}) if failing_key is not None else set()
     built_before = [b for b in ctx.bindings() if b.value.grad_fn is not None
@@ -70,6 +76,7 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
                f"`{name}` was changed in place after the graph that this backward uses saved it.")
     if fixes:
         message += f" Fix: {fixes[0].message}."
+    updater = "the optimizer" if step is None or step.optimizer() is not None else f"`{step_site.code}`"
     culprits = []
     if carrier is not None and carrier.located is not None:
         located = carrier.located
@@ -81,7 +88,7 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
         culprits.append(Culprit(name, step_site.filename, Location(step_site.row, 1), "modified in place by the optimizer step", step_site.code))
     return Finding(
         kind="inplace-modified", severity="error",
-        summary=f"`{name}` was updated by the optimizer after this graph was built.",
+        summary=f"`{name}` was updated by {updater} after this graph was built.",
         message=message, culprits=culprits, fixes=fixes,
         backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
         steps=[step_site] if step_site else [], retain_graph_advice=RETAIN_GRAPH_AFTER_STEP,
@@ -199,3 +206,95 @@ def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
 def _insert_at_row(source, row: int, lines: list[str]):
     at = Location(row, 1)
     return Edit(source.filename, "".join(line + "\n" for line in lines), at, at)
+
+
+def _manual_update(ctx, parameter) -> StepCall | None:
+    """A parameter updated by hand (`w -= lr * w.grad` under no_grad), read as a step at that line."""
+    source, scope, failing = ctx.failing_statement()
+    if source is None or failing is None:
+        return None
+    names = [b.expression for b in ctx.bindings() if b.value is parameter]
+    named = _parameter_name(ctx, parameter)
+    for name in names + ([named] if named else []):
+        change = _last_inplace_change(scope, name, failing.lineno)
+        if change is not None:
+            return StepCall(0, graph.LEAF_SEQ, lambda: None, source.filename, change.lineno)
+    return None
+
+
+def _changed_by_user(ctx, failing_key, detail: InplaceDetail | None) -> Finding | None:
+    """No optimizer step explains the new version, and it is not a parameter: the user's own
+    code changed the saved tensor in place (`h += 1`, `h.clamp_(0, 1)`, `h[mask] = 0`)."""
+    source, scope, failing = ctx.failing_statement()
+    if source is None or failing is None:
+        return None
+    for binding in _modified_bindings(ctx, failing_key, detail):
+        if binding.frame_index != 0 and ctx.frames[binding.frame_index].f_code.co_filename != source.filename:
+            continue
+        name = binding.expression
+        change = _last_inplace_change(scope, name, failing.lineno)
+        if change is None:
+            continue
+        fix = out_of_place.out_of_place(source, change, name)
+        code = source.segment(change)
+        message = (f"`{name}` was changed in place by `{code}` (line {change.lineno}) after the graph "
+                   f"saved it for this backward (line {ctx.call.row}). The graph saved version "
+                   f"{detail.expected_version if detail else '?'}, and it is now at version "
+                   f"{detail.version if detail else '?'}.")
+        if fix is not None:
+            message += f" Fix: {fix.message}."
+        anchor = change.target if isinstance(change, ast.AugAssign) else change
+        culprit = Culprit(name, source.filename, node_start(source, anchor),
+                          "changed in place after the graph saved it", source.line(change.lineno).strip())
+        return Finding(
+            kind="inplace-modified", severity="error",
+            summary=f"`{name}` was changed in place after the graph saved it.",
+            message=message, culprits=[culprit], fixes=[fix] if fix else [],
+            backward=ctx.call_site(ctx.call.filename, ctx.call.row),
+            retain_graph_advice="retain_graph has nothing to do with this error: the graph still "
+                                "exists, but a value it saved was overwritten.",
+            confidence="certain" if detail is not None else "likely",
+        )
+    return None
+
+
+def _modified_bindings(ctx, failing_key, detail: InplaceDetail | None) -> list:
+    """The user's non-leaf tensors at the version the error reports, the shape it names: first
+    the one the in-place op re-based onto the failing node (its grad_fn consumes that node)."""
+    if detail is None:
+        return []
+    numel = math.prod(detail.shape)
+    found = [b for b in ctx.bindings() if b.value._version == detail.version and b.value.numel() == numel
+             and not (b.value.is_leaf and b.value.requires_grad)]
+
+    def rebased(binding) -> bool:
+        grad_fn = binding.value.grad_fn
+        if grad_fn is None or failing_key is None:
+            return False
+        return any(child is not None and id(child) == failing_key for child, _ in grad_fn.next_functions)
+
+    return sorted(found, key=lambda b: not rebased(b))
+
+
+def _last_inplace_change(scope: ast.AST, name: str, before: int) -> ast.stmt | None:
+    """The last statement above line `before` that writes into `name` without re-binding it."""
+    found = None
+    for node in src.own_nodes(scope):
+        if not isinstance(node, ast.stmt) or node.lineno >= before:
+            continue
+        if _writes_into(node, name) and (found is None or node.lineno > found.lineno):
+            found = node
+    return found
+
+
+def _writes_into(stmt: ast.stmt, name: str) -> bool:
+    target = src.canonical(name)
+    if isinstance(stmt, ast.AugAssign):
+        return src.canonical(stmt.target) == target
+    if isinstance(stmt, ast.Assign):
+        return any(isinstance(t, ast.Subscript) and src.canonical(t.value) == target for t in stmt.targets)
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return (isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.endswith("__")
+                and func.attr != "requires_grad_" and src.canonical(func.value) == target)
+    return False

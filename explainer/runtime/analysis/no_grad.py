@@ -9,7 +9,9 @@ import torch
 
 from ... import source as src
 from ...fixes import undo_cut
-from ...model import Culprit, Finding, Fix, Location
+from ...fixes.edits import node_start
+from ...model import Culprit, Finding, Fix
+from ...static.training import called_without_graph
 from .context import _call_in
 
 
@@ -40,6 +42,10 @@ def explain_no_grad(ctx) -> Finding | None:
         cut = _cut_in(assignment.stmt)
         if cut is not None:
             return _no_grad_finding(ctx, source, scope, assignment, cut)
+        value = src.value_of(assignment.stmt)
+        decorated = called_without_graph(value, scope) if value is not None else None
+        if decorated is not None:
+            return _no_grad_function_finding(ctx, source, assignment, *decorated)
         for name in sorted(src.names_read(assignment.stmt.value) if src.value_of(assignment.stmt) is not None else []):
             value = values.get(name)
             if isinstance(value, torch.Tensor) and not value.requires_grad:
@@ -67,16 +73,35 @@ def _no_grad_finding(ctx, source, scope, assignment, cut) -> Finding:
                f"grad_fn and there is nothing to back-propagate (line {ctx.call.row}).")
     if fixes:
         message += f" Fix: {fixes[0].message}."
-    target = assignment.target
     return Finding(
         kind="no-grad", severity="error",
         summary=f"`{name}` was detached from the graph before the loss was built.",
-        message=message,
-        culprits=[Culprit(name, source.filename, Location(target.lineno, source.column(target.lineno, target.col_offset)),
-                          f"cut from the graph by {how}", source.line(row).strip())],
+        message=message, culprits=[_assignment_culprit(source, assignment, f"cut from the graph by {how}")],
         fixes=fixes, backward=ctx.call_site(ctx.call.filename, ctx.call.row),
         retain_graph_advice="retain_graph has nothing to do with this error: the loss has no graph at all.",
     )
+
+
+def _no_grad_function_finding(ctx, source, assignment, function: ast.FunctionDef, decorator: ast.expr) -> Finding:
+    name = source.segment(assignment.target)
+    fix = undo_cut.remove_decorator(source, function, decorator)
+    decorated = f"`@{source.segment(decorator)}`"
+    message = (f"`{name}` (line {assignment.stmt.lineno}) comes from `{function.name}()`, which "
+               f"runs under {decorated} (line {decorator.lineno}), so it has no grad_fn and there "
+               f"is nothing to back-propagate (line {ctx.call.row}). Fix: {fix.message}.")
+    how = f"{decorated} on `{function.name}`"
+    return Finding(
+        kind="no-grad", severity="error",
+        summary=f"`{name}` was computed by `{function.name}()`, which records no graph.",
+        message=message, culprits=[_assignment_culprit(source, assignment, f"computed without a graph by {how}")],
+        fixes=[fix], backward=ctx.call_site(ctx.call.filename, ctx.call.row),
+        retain_graph_advice="retain_graph has nothing to do with this error: the loss has no graph at all.",
+    )
+
+
+def _assignment_culprit(source, assignment, role: str) -> Culprit:
+    return Culprit(source.segment(assignment.target), source.filename, node_start(source, assignment.target),
+                   role, source.line(assignment.stmt.lineno).strip())
 
 
 def _cut_in(stmt: ast.stmt):

@@ -10,12 +10,15 @@ from ...fixes import (
     accumulate_item,
     detach_carried,
     detach_for_first_consumer,
+    empty_container,
     graph_options,
     move_into_loop,
     recompute_forward,
     sum_losses,
 )
+from ...fixes.edits import node_start
 from ...model import Culprit, Finding, Fix, Location
+from ...static.dataflow import ancestors
 from .. import graph
 from ..hooks import BackwardCall
 from .advice import RETAIN_GRAPH_AFTER_STEP, RETAIN_GRAPH_GROWS
@@ -87,7 +90,11 @@ def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, 
         detail = (f"`{name}` (filled at {where}) holds tensors with the graphs of earlier steps. "
                   f"{ctx.freed_by(previous)} those graphs, and this "
                   f"backward (line {ctx.call.row}) reaches them through `{name}`.")
-        if located is not None:
+        if located is not None and failing is not None and _trains_only_through(ctx, candidate, current):
+            # Detaching at the store would leave this loss with nothing to train.
+            if src.reads(scope, name):
+                fixes.append(empty_container.empty_after_backward(source, failing, name))
+        elif located is not None:
             fixes.append(detach_carried.detach_stored_value(located.source, located.store, name))
     else:
         role, summary, detail, more_fixes, advice = _direct(ctx, candidate, previous, between, failing, source, scope)
@@ -130,17 +137,42 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
         if any(s is stmt for s in candidate_loop.body):
             loop = candidate_loop
     if loop is not None:
+        may_be_none = detach_carried.starts_as_none(located.scope, name, loop)
         fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
         if failing is not None and stmt.lineno > failing.end_lineno and _inside(failing, loop):
             fixes.append(detach_carried.keep_detached(source, name, stmt, is_tuple))
-        if any(s is stmt for s in loop.body):
+        if any(s is stmt for s in loop.body) and not may_be_none:
             fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
-        fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple))
+        fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
     return fixes
 
 
 def _inside(node: ast.AST, outer: ast.AST) -> bool:
     return any(ancestor is outer for ancestor in src.ancestors(node))
+
+
+def _trains_only_through(ctx, candidate: Candidate, current: graph.Walk) -> bool:
+    """Whether every path from this backward's roots to a parameter passes through a tensor
+    held in the candidate's container (`torch.stack(losses).mean().backward()`)."""
+    held = ctx.tensors_in_container(candidate.binding)
+    blocked = {id(t.grad_fn) for t in held if t.grad_fn is not None}
+    if not blocked:
+        return False
+    children: dict[int, list[int]] = {}
+    for child, consumers in current.consumers.items():
+        for consumer in consumers:
+            children.setdefault(consumer, []).append(child)
+    pending = [id(r) for r in ctx.root_nodes() if id(r) not in blocked]
+    seen = set(pending)
+    while pending:
+        key = pending.pop()
+        if current.seq.get(key) == graph.LEAF_SEQ:
+            return False
+        for child in children.get(key, ()):
+            if child not in seen and child not in blocked:
+                seen.add(child)
+                pending.append(child)
+    return True
 
 
 def _fed_back_in_a_loop(located: Located | None) -> bool:
@@ -232,7 +264,7 @@ def _repeating_owner(ctx, located: Located | None, failing, source) -> ast.AST |
 
 def _freed_by_grad(ctx, current, targets, previous) -> Finding | None:
     _, _, grad_stmt = ctx.site_statement(previous.filename, previous.row)
-    source, _, failing = ctx.failing_statement()
+    source, scope, failing = ctx.failing_statement()
     if grad_stmt is None or source is None:
         return None
     call = _call_in(grad_stmt, "grad")
@@ -240,6 +272,8 @@ def _freed_by_grad(ctx, current, targets, previous) -> Finding | None:
         return None
     freed = call.args[0] if call.args else None
     name = source.segment(freed) if freed is not None else "the graph"
+    if not _feeds(grad_stmt, failing, scope):
+        return _two_gradient_passes(ctx, source, call, name, previous, failing)
     fix = graph_options.add_create_graph(source, call)
     grad_code = source.segment(call)
     message = (f"`{grad_code}` at line {previous.row} back-propagated through `{name}`'s graph and "
@@ -262,6 +296,47 @@ def _freed_by_grad(ctx, current, targets, previous) -> Finding | None:
         freed_by=ctx.call_site(previous.filename, previous.row),
         retain_graph_advice="retain_graph=True alone would run, but the penalty would have no "
                             "gradient: create_graph=True is what makes the gradient differentiable.",
+    )
+
+
+def _feeds(grad_stmt: ast.stmt, failing: ast.stmt, scope) -> bool:
+    """Whether the failing call's inputs are computed from what `grad_stmt` assigned."""
+    produced = {src.canonical(t) for t in src.targets_of(grad_stmt)}
+    if not produced or failing is None:
+        return True  # `(loss + penalty(torch.autograd.grad(...))).backward()`: read in place
+    value = src.value_of(failing) if src.value_of(failing) is not None else failing
+    if any(src.reads(value, name) for name in produced):
+        return True
+    return any(a.stmt is grad_stmt for a in ancestors(value, scope, failing.lineno))
+
+
+def _two_gradient_passes(ctx, source, call: ast.Call, name: str, previous: BackwardCall, failing) -> Finding:
+    """Two gradient computations over one graph, the first without `retain_graph`; the second
+    does not use the first's result."""
+    grad_code = source.segment(call)
+    this_call = "this `autograd.grad` call" if _call_in(failing, "grad") is not None else "this backward"
+    between = ctx.steps_between(previous.tick, ctx.call.tick)
+    fixes: list[Fix | None] = []
+    if not between:
+        fixes.append(graph_options.add_retain_graph(
+            source, call, f"Keep `{name}`'s graph for the second pass with `retain_graph=True` on "
+            f"`{grad_code}` (correct here: no optimizer step in between)"))
+    fixes = [f for f in fixes if f is not None]
+    message = (f"`{grad_code}` at line {previous.row} back-propagated through `{name}`'s graph and "
+               f"freed it, and {this_call} (line {ctx.call.row}) goes through `{name}` again.")
+    if fixes:
+        message += f" Fix: {fixes[0].message}."
+    culprit = Culprit(name, source.filename, node_start(source, call),
+                      "its graph freed by the first gradient computation", source.line(call.lineno).strip())
+    advice = (RETAIN_GRAPH_AFTER_STEP if between else
+              "retain_graph=True on the first call is correct here (no optimizer step between the "
+              "two); asking for all the gradients in one call is faster and frees the graph once.")
+    return Finding(
+        kind="second-backward", severity="error",
+        summary=f"Two gradient computations go through `{name}`'s graph, and the first freed it.",
+        message=message, culprits=[culprit], fixes=fixes,
+        backward=ctx.call_site(ctx.call.filename, ctx.call.row),
+        freed_by=ctx.call_site(previous.filename, previous.row), retain_graph_advice=advice,
     )
 
 

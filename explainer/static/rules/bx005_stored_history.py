@@ -32,6 +32,11 @@ for x, y in batches:
     memory.append(h.detach())
     loss_fn(head(h), y).backward()
 ```
+
+When the loss reaches the stored tensors only through the container (REINFORCE's
+`-torch.stack(log_probs).sum() * episode_return`), detaching them would leave it nothing to
+train: the fix empties the container after the backward that consumed it
+(`log_probs.clear()`).
 """
 from __future__ import annotations
 
@@ -39,10 +44,17 @@ import ast
 from collections.abc import Iterator
 
 from ... import source as src
-from ...fixes import detach_carried
+from ...fixes import detach_carried, empty_container
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import cuts_history, flows_into_backward, has_history, operand_reads, training_loops
+from ..training import (
+    backward_roots,
+    cuts_history,
+    flows_into_backward,
+    has_history,
+    operand_reads,
+    training_loops,
+)
 
 CODE = "BX005"
 NAME = "stored-history"
@@ -66,11 +78,36 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
                     or not flows_into_backward(loop, name, reads=_container_reads):
                 continue
             statement = node if isinstance(node, ast.stmt) else src.statement_of(node)
-            fix = detach_carried.detach_stored_value(module.source, node, module.source.segment(container))
+            consumer = _backward_fed_only_through(loop, name, value)
+            if consumer is not None:
+                # Detaching at the store would leave that loss nothing to train.
+                fix = empty_container.empty_after_backward(module.source, consumer, module.source.segment(container))
+            else:
+                fix = detach_carried.detach_stored_value(module.source, node, module.source.segment(container))
             yield module.diagnostic(
                 CODE, statement,
                 f"`{module.source.segment(container)}` keeps `{module.source.segment(value)}` with its "
                 f"autograd history across iterations, and a later step back-propagates into it", fix)
+
+
+def _backward_fed_only_through(loop, container: str, value) -> ast.stmt | None:
+    """The statement of a backward whose loss reaches the stored tensors through `container`
+    alone (`torch.stack(losses).mean().backward()`), never through the stored name itself."""
+    stored = src.canonical(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+    for call, root in backward_roots(loop):
+        pending, seen, through_container, directly = [root], {container}, False, False
+        while pending:
+            node = pending.pop()
+            through_container |= bool(_container_reads(node, container))
+            directly |= stored is not None and bool(operand_reads(node, stored))
+            for name in src.names_read(node) - seen:
+                seen.add(name)
+                last = src.last_assignment(loop, name, call.lineno + 1)
+                if last is not None and src.value_of(last.stmt) is not None:
+                    pending.append(src.value_of(last.stmt))
+        if through_container and not directly:
+            return src.statement_of(call)
+    return None
 
 
 def _store(node):

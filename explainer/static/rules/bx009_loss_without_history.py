@@ -1,9 +1,9 @@
 """BX009 loss-without-history: a loss computed only from detached values is back-propagated.
 
 ## What it does
-Flags the value that cut a loss off its graph (a forward under `torch.no_grad()`, or
-`x = x.detach()`) when `backward()` is then called on a loss computed only from such values
-and data.
+Flags the value that cut a loss off its graph (a forward under `torch.no_grad()`, a call to a
+helper decorated with `@torch.no_grad()`, or `x = x.detach()`) when `backward()` is then called
+on a loss computed only from such values and data.
 
 ## Why is this bad?
 The loss has no `grad_fn`, so `backward()` raises "element 0 of tensors does not require grad
@@ -35,7 +35,7 @@ from ...fixes import undo_cut
 from ..dataflow import Ancestor, ancestors, backward_calls
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import cuts_history, has_history, scopes, under_no_grad
+from ..training import called_without_graph, cuts_history, has_history, scopes, under_no_grad
 
 CODE = "BX009"
 NAME = "loss-without-history"
@@ -63,6 +63,8 @@ def _cut(backward, scope) -> tuple[Ancestor, str] | None:
             return ancestor, "no_grad"
         if cuts_history(value) and _cut_receiver_has_history(value, scope, ancestor.line):
             return ancestor, "detach"
+        if called_without_graph(value, scope) is not None:
+            return ancestor, "decorated"
     return None
 
 
@@ -82,6 +84,10 @@ def _diagnostic(module, scope, backward, ancestor: Ancestor, how: str) -> Diagno
     loss = source.segment(backward.root)
     if how == "no_grad":
         cause = f"`{name}` is computed under `torch.no_grad()` (line {ancestor.line})"
+    elif how == "decorated":
+        function, decorator = called_without_graph(ancestor.value, scope)
+        cause = (f"`{name}` (line {ancestor.line}) comes from `{function.name}()`, which runs under "
+                 f"`@{source.segment(decorator)}` (line {decorator.lineno})")
     else:
         cause = f"`{name}` is detached at line {ancestor.line}"
     message = (f"{cause}, and `{loss}` is computed only from it and data: `{source.segment(backward.call)}` "
@@ -97,6 +103,8 @@ def _fix(source, scope, ancestor: Ancestor, how: str):
                       and any("no_grad" in src.canonical(i.context_expr) or "inference_mode" in src.canonical(i.context_expr)
                               for i in a.items)), None)
         return undo_cut.leave_no_grad(source, block) if isinstance(block, ast.With) else None
+    if how == "decorated":
+        return undo_cut.remove_decorator(source, *called_without_graph(ancestor.value, scope))
     call = ancestor.value
     while isinstance(call, ast.Subscript):
         call = call.value
