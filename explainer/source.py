@@ -185,6 +185,11 @@ def ancestors(node: ast.AST):
         node = parent(node)
 
 
+def inside(node: ast.AST, outer: ast.AST) -> bool:
+    """Whether `outer` encloses `node`."""
+    return any(ancestor is outer for ancestor in ancestors(node))
+
+
 def canonical(expression: str | ast.AST) -> str:
     """One spelling per expression: `cache["prev"]` and `cache['prev']` compare equal (it is
     ast.unparse's spelling)."""

@@ -139,16 +139,12 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
     if loop is not None:
         may_be_none = detach_carried.starts_as_none(located.scope, name, loop)
         fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
-        if failing is not None and stmt.lineno > failing.end_lineno and _inside(failing, loop):
+        if failing is not None and stmt.lineno > failing.end_lineno and src.inside(failing, loop):
             fixes.append(detach_carried.keep_detached(source, name, stmt, is_tuple))
         if any(s is stmt for s in loop.body) and not may_be_none:
             fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
         fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
     return fixes
-
-
-def _inside(node: ast.AST, outer: ast.AST) -> bool:
-    return any(ancestor is outer for ancestor in src.ancestors(node))
 
 
 def _trains_only_through(ctx, candidate: Candidate, current: graph.Walk) -> bool:

@@ -92,8 +92,10 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
     """`new_h = cell(x, h)` ... `h = new_h`: the loop keeps a value made from the old state."""
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or under_no_grad(stmt):
         return
+    if not any(read.lineno < stmt.lineno for read in src.reads(loop, expression)):
+        return  # nothing in the loop reads the old value before it is replaced
     made_from_old = next((a for a in dataflow.ancestors(stmt.value, scope, stmt.lineno)
-                          if a.value is not None and a.stmt is not stmt and _inside(a.stmt, loop)
+                          if a.value is not None and a.stmt is not stmt and src.inside(a.stmt, loop)
                           and live_reads(a.value, expression)), None)
     if made_from_old is None or not has_history(made_from_old.value, scope, made_from_old.line, ignore=expression):
         return
@@ -107,10 +109,6 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
         f"line {made_from_old.line} with autograd history, and never detached: each backward "
         f"reaches into the previous iteration's freed graph",
         detach_carried.keep_detached(module.source, expression, stmt, is_tuple))
-
-
-def _inside(node, outer) -> bool:
-    return any(ancestor is outer for ancestor in src.ancestors(node))
 
 
 def _is_running_total(stmt, expression) -> bool:
