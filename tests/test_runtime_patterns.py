@@ -6,7 +6,9 @@ import textwrap
 
 import pytest
 
+from explainer import source as src
 from explainer.fixes.edits import apply_edits
+from explainer.fixes.out_of_place import out_of_place
 from explainer.model import edits_from_json
 
 # name: (kind, culprit, script)
@@ -145,3 +147,18 @@ def test_pattern_is_explained_and_fixes_0_runs_clean(name, explain_run, tmp_path
     patched.write_text(apply_edits(code, edits_from_json(finding["fixes"][0])))
     after = explain_run(patched)
     assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+@pytest.mark.parametrize("line, fixed", [
+    ("h += 1", "h = h + 1"),
+    ("h *= a + b", "h = h * (a + b)"),
+    ("h.clamp_(0, 1)", "h = h.clamp(0, 1)"),
+    ("h.masked_fill_(mask, 0.0)", "h = h.masked_fill(mask, 0.0)"),
+    ("h.zero_()", "h = h.clone()\nh.zero_()"),
+    ("h.copy_(other)", "h = h.clone()\nh.copy_(other)"),
+    ("h[mask] = 0", "h = h.clone()\nh[mask] = 0"),
+])
+def test_an_inplace_change_is_made_out_of_place_or_on_a_copy(line, fixed):
+    source = src.parse("train.py", line + "\n")
+    fix = out_of_place(source, source.tree.body[0], "h")
+    assert apply_edits(line + "\n", fix.edits) == fixed + "\n"

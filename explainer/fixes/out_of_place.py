@@ -7,6 +7,9 @@ from ..model import Fix
 from ..source import Source
 from .edits import insert_lines_before, replace
 
+# In-place methods without an out-of-place twin of the same name: those get the clone.
+_NO_TWIN = {"copy_", "zero_", "fill_", "fill_diagonal_", "set_", "resize_", "resize_as_", "normal_",
+            "uniform_", "random_", "bernoulli_", "exponential_", "geometric_", "cauchy_", "log_normal_"}
 _OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
               ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
               ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
@@ -24,7 +27,7 @@ def out_of_place(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
         return Fix(f"Write `{text}` instead of changing `{name}` in place: {why}", (replace(source, stmt, text),))
     call = stmt.value if isinstance(stmt, ast.Expr) else None
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
-            and not call.func.attr.endswith("__"):
+            and not call.func.attr.endswith("__") and call.func.attr not in _NO_TWIN:
         method = call.func.attr[:-1]
         arguments = source.segment(call)[len(source.segment(call.func)):]
         text = f"{name} = {source.segment(call.func.value)}.{method}{arguments}"
