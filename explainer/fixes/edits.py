@@ -27,6 +27,14 @@ def insert_lines_before(source: Source, stmt: ast.stmt, lines: list[str], indent
     return Edit(source.filename, text, at, at)
 
 
+def insert_lines_after(source: Source, stmt: ast.stmt, lines: list[str], indent: str | None = None) -> Edit:
+    """Insert whole lines after `stmt`'s last line, at `stmt`'s indentation."""
+    indent = source.indent_of(stmt.lineno) if indent is None else indent
+    text = "".join(f"{indent}{line}\n" for line in lines)
+    at = Location(stmt.end_lineno + 1, 1)
+    return Edit(source.filename, text, at, at)
+
+
 def delete_lines(source: Source, stmt: ast.stmt) -> Edit:
     return Edit(source.filename, "", Location(stmt.lineno, 1), Location(stmt.end_lineno + 1, 1))
 

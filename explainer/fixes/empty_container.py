@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Edit, Fix, Location
+from ..model import Fix
 from ..source import Source
+from .edits import insert_lines_after
 
 
 def empty_after_backward(source: Source, backward: ast.stmt, container: str) -> Fix:
     """`torch.stack(log_probs).sum().backward()` -> the same, then `log_probs.clear()`: the
     next update starts from the tensors of its own steps, whose graphs are still there."""
-    row = backward.end_lineno + 1
-    at = Location(row, 1)
-    text = f"{source.indent_of(backward.lineno)}{container}.clear()\n"
     return Fix(f"Empty `{container}` after the backward that consumed it, so the next backward "
-               f"sees only the tensors stored since, whose graphs are still there", (Edit(source.filename, text, at, at),))
+               f"sees only the tensors stored since, whose graphs are still there", (insert_lines_after(source, backward, [f"{container}.clear()"]),))

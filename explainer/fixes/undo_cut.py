@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Edit, Fix, Location
+from ..model import Fix
 from ..source import Source, assignments, canonical
-from .edits import replace, statement_text
+from .edits import delete_lines, replace, statement_text
 
 
 def recompute_instead_of_detach(source: Source, scope: ast.AST, stmt: ast.stmt, name: str) -> Fix | None:
@@ -45,8 +45,7 @@ def leave_no_grad(source: Source, with_stmt: ast.With) -> Fix | None:
 def remove_decorator(source: Source, function: ast.AST, decorator: ast.expr) -> Fix:
     """Drop `@torch.no_grad()` from a function the training step calls. Unsafe: its other
     callers (evaluation) then build graphs too, and `.numpy()` on their results fails."""
-    at, end = Location(decorator.lineno, 1), Location(decorator.end_lineno + 1, 1)
     return Fix(f"Remove `@{source.segment(decorator)}` from `{function.name}` (line {decorator.lineno}): "
                f"every call of it, this training one included, records no graph; where a caller "
                f"wants none, wrap that call in `with torch.no_grad():`",
-               (Edit(source.filename, "", at, end),), "unsafe")
+               (delete_lines(source, decorator),), "unsafe")

@@ -283,18 +283,22 @@ def flows_into_backward(body_owner: ast.AST, expression: str, reads=None) -> boo
     """Whether `expression` is an operand of something back-propagated in `body_owner`, directly
     or through the body's own assignments. `reads` finds the uses that count (operands)."""
     reads = reads or operand_reads
-    for call, root in backward_roots(body_owner):
-        pending, seen = [root], set()
-        while pending:
-            node = pending.pop()
-            if reads(node, expression):
-                return True
-            for name in src.names_read(node) - seen:
-                seen.add(name)
-                last = src.last_assignment(body_owner, name, call.lineno + 1)
-                if last is not None and src.value_of(last.stmt) is not None:
-                    pending.append(src.value_of(last.stmt))
-    return False
+    return any(reads(node, expression) for call, root in backward_roots(body_owner)
+               for node in backward_inputs(body_owner, call, root))
+
+
+def backward_inputs(body_owner: ast.AST, call: ast.Call, root: ast.expr):
+    """`root`, then the values of the body's assignments it is computed from, transitively (the
+    last assignment above the backward call for each name read)."""
+    pending, seen = [root], set()
+    while pending:
+        node = pending.pop()
+        yield node
+        for name in src.names_read(node) - seen:
+            seen.add(name)
+            last = src.last_assignment(body_owner, name, call.lineno + 1)
+            if last is not None and src.value_of(last.stmt) is not None:
+                pending.append(src.value_of(last.stmt))
 
 
 _MODULE_PREFIXES = ("nn.", "torch.nn.")

@@ -8,8 +8,8 @@ import os
 
 from ... import source as src
 from ...fixes import graph_options, out_of_place, recompute_forward
-from ...fixes.edits import delete_lines, node_start, statement_text
-from ...model import Culprit, Edit, Finding, Fix, Location
+from ...fixes.edits import delete_lines, insert_lines_after, node_start, statement_text
+from ...model import Culprit, Finding, Fix, Location
 from .. import graph, naming
 from ..errors import InplaceDetail
 from ..hooks import StepCall
@@ -28,12 +28,13 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
     failing_seq = full.seq.get(failing_key, 0) if failing_key is not None else 0
     steps = [s for s in ctx.steps if s.mark > failing_seq and (ctx.call is None or s.tick < ctx.call.tick)]
     step = _step_for(steps, parameter)
+    source, scope, failing = ctx.failing_statement()
     if step is None and parameter is None:
-        changed = _changed_by_user(ctx, failing_key, detail)
+        changed = _changed_by_user(ctx, source, scope, failing, failing_key, detail)
         if changed is not None:
             return changed
     elif step is None:
-        step = _manual_update(ctx, parameter)
+        step = _manual_update(ctx, source, scope, failing, parameter, parameter_name)
     # The tensor built before the step whose graph this backward reuses.
     reaching = _reaching(full, {failing_key}) if failing_key is not None else set()
     built_before = [b for b in ctx.bindings() if b.value.grad_fn is not None
@@ -46,7 +47,6 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
         carrier.name = carrier.located.target_text if carrier.located else carrier.binding.expression
     step_site = ctx.call_site(step.filename, step.row) if step else None
     name = parameter_name or (detail and f"a {list(detail.shape)} tensor") or "a saved tensor"
-    source, scope, failing = ctx.failing_statement()
     fixes: list[Fix | None] = []
     if carrier is not None and carrier.located is not None and step is not None and failing is not None:
         located = carrier.located
@@ -195,37 +195,26 @@ def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
         return None
     if src.parent(step_stmt) is not src.parent(failing):
         return None
-    lines = statement_text(source, step_stmt)
-    after = failing.end_lineno + 1
-    edits = (delete_lines(source, step_stmt),
-             _insert_at_row(source, after, [source.indent_of(failing.lineno) + line for line in lines]))
+    edits = (delete_lines(source, step_stmt), insert_lines_after(source, failing, statement_text(source, step_stmt)))
     return Fix(f"Move `{source.segment(step_stmt)}` after this backward, the last one that needs the "
                f"old weights (changes which gradients that step sees)", edits, "unsafe")
 
 
-def _insert_at_row(source, row: int, lines: list[str]):
-    at = Location(row, 1)
-    return Edit(source.filename, "".join(line + "\n" for line in lines), at, at)
-
-
-def _manual_update(ctx, parameter) -> StepCall | None:
+def _manual_update(ctx, source, scope, failing, parameter, parameter_name: str | None) -> StepCall | None:
     """A parameter updated by hand (`w -= lr * w.grad` under no_grad), read as a step at that line."""
-    source, scope, failing = ctx.failing_statement()
     if source is None or failing is None:
         return None
     names = [b.expression for b in ctx.bindings() if b.value is parameter]
-    named = _parameter_name(ctx, parameter)
-    for name in names + ([named] if named else []):
+    for name in names + ([parameter_name] if parameter_name else []):
         change = _last_inplace_change(scope, name, failing.lineno)
         if change is not None:
             return StepCall(0, graph.LEAF_SEQ, lambda: None, source.filename, change.lineno)
     return None
 
 
-def _changed_by_user(ctx, failing_key, detail: InplaceDetail | None) -> Finding | None:
+def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDetail | None) -> Finding | None:
     """No optimizer step explains the new version, and it is not a parameter: the user's own
     code changed the saved tensor in place (`h += 1`, `h.clamp_(0, 1)`, `h[mask] = 0`)."""
-    source, scope, failing = ctx.failing_statement()
     if source is None or failing is None:
         return None
     for binding in _modified_bindings(ctx, failing_key, detail):

@@ -48,6 +48,7 @@ from ...fixes import detach_carried, empty_container
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
 from ..training import (
+    backward_inputs,
     backward_roots,
     cuts_history,
     flows_into_backward,
@@ -95,17 +96,9 @@ def _backward_fed_only_through(loop, container: str, value) -> ast.stmt | None:
     alone (`torch.stack(losses).mean().backward()`), never through the stored name itself."""
     stored = src.canonical(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
     for call, root in backward_roots(loop):
-        pending, seen, through_container, directly = [root], {container}, False, False
-        while pending:
-            node = pending.pop()
-            through_container |= bool(_container_reads(node, container))
-            directly |= stored is not None and bool(operand_reads(node, stored))
-            for name in src.names_read(node) - seen:
-                seen.add(name)
-                last = src.last_assignment(loop, name, call.lineno + 1)
-                if last is not None and src.value_of(last.stmt) is not None:
-                    pending.append(src.value_of(last.stmt))
-        if through_container and not directly:
+        inputs = list(backward_inputs(loop, call, root))
+        directly = stored is not None and any(operand_reads(node, stored) for node in inputs)
+        if not directly and any(_container_reads(node, container) for node in inputs):
             return src.statement_of(call)
     return None
 
