@@ -370,6 +370,20 @@ class Assignment:
     stmt: ast.AST
     target: ast.expr
 
+    @property
+    def value(self) -> ast.expr | None:
+        """What this target was assigned: the matching element for `a, b = f(), g()`, else the
+        statement's whole value."""
+        value = value_of(self.stmt)
+        targets = getattr(self.stmt, "targets", ())
+        if len(targets) == 1 and isinstance(targets[0], ast.Tuple) and isinstance(value, ast.Tuple) \
+                and len(targets[0].elts) == len(value.elts) \
+                and not any(isinstance(e, ast.Starred) for e in (*targets[0].elts, *value.elts)):
+            for element, assigned in zip(targets[0].elts, value.elts):
+                if element is self.target:
+                    return assigned
+        return value
+
 
 def assignments(scope: ast.AST, expression: str, *, deep: bool = False) -> list[Assignment]:
     """Assignments to `expression` (canonical) in `scope`, in source order. `deep` also looks

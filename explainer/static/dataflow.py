@@ -23,7 +23,7 @@ class Ancestor:
 
     @property
     def value(self) -> ast.expr | None:
-        return src.value_of(self.stmt)
+        return src.Assignment(self.stmt, self.target).value
 
     @property
     def line(self) -> int:
@@ -76,7 +76,7 @@ def ancestors(value: ast.AST, scope: ast.AST, before: int) -> list[Ancestor]:
             if key in found:
                 continue
             found[key] = Ancestor(src.canonical(assignment.target), assignment.stmt, assignment.target)
-            assigned = src.value_of(assignment.stmt)
+            assigned = assignment.value
             if assigned is not None:
                 pending.append((assigned, assignment.stmt.lineno))
     return list(found.values())
@@ -274,9 +274,9 @@ def _constructor(node: ast.AST, scope: ast.AST, before: int) -> ast.Call | None:
         assignment = _reaching(scope, node, before) or _reaching(src.module_of(scope), node, before)
         if assignment is None and isinstance(node, ast.Attribute):
             assignment = _assigned_in_class(node, scope)
-        if assignment is None or src.value_of(assignment.stmt) is None:
+        if assignment is None or assignment.value is None:
             return None
-        node, before = src.value_of(assignment.stmt), assignment.stmt.lineno
+        node, before = assignment.value, assignment.stmt.lineno
     return None
 
 
@@ -304,8 +304,8 @@ def _updated_modules(optimizer: ast.AST, scope: ast.AST, before: int) -> frozens
         for name in src.names_read(node):
             assignment = _reaching(scope, ast.Name(name, ast.Load()), before) \
                 or _reaching(src.module_of(scope), ast.Name(name, ast.Load()), before)
-            if assignment is not None and src.value_of(assignment.stmt) is not None:
-                pending.append(src.value_of(assignment.stmt))
+            if assignment is not None and assignment.value is not None:
+                pending.append(assignment.value)
     return frozenset(modules) or None
 
 

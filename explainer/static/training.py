@@ -200,7 +200,7 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
                                depth=depth + 1, bindings=bound.bindings)
         if last is None or under_no_grad(last.stmt):
             return False
-        value = src.value_of(last.stmt)
+        value = last.value
         return value is not None and recurse(value, last.stmt.lineno)
     return False
 
@@ -297,8 +297,8 @@ def backward_inputs(body_owner: ast.AST, call: ast.Call, root: ast.expr):
         for name in src.names_read(node) - seen:
             seen.add(name)
             last = src.last_assignment(body_owner, name, call.lineno + 1)
-            if last is not None and src.value_of(last.stmt) is not None:
-                pending.append(src.value_of(last.stmt))
+            if last is not None and last.value is not None:
+                pending.append(last.value)
 
 
 _MODULE_PREFIXES = ("nn.", "torch.nn.")
@@ -329,7 +329,7 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         return jedi_types.call_gives_module(root, node.func) is True
     if isinstance(node, ast.Name):
         last = src.last_assignment(scope, node.id, before)
-        value = src.value_of(last.stmt) if last is not None else None
+        value = last.value if last is not None else None
         return value is not None and is_module(value, scope, last.stmt.lineno, depth + 1)
     return False
 
@@ -351,9 +351,9 @@ def _parameter_free(node: ast.AST, scope: ast.AST, before: int) -> bool:
         if not isinstance(node, ast.Name):
             return False
         last = src.last_assignment(scope, node.id, before)
-        if last is None or src.value_of(last.stmt) is None:
+        if last is None or last.value is None:
             return False
-        node, before = src.value_of(last.stmt), last.stmt.lineno
+        node, before = last.value, last.stmt.lineno
     return False
 
 
