@@ -420,6 +420,34 @@ BUGGY_CODE = {
             out, state = lstm(x, state)
             out.sum().backward()
     """),
+    "an advantage shared by the critic and the actor updates": ("BX006", """
+        actor, critic = nn.Linear(4, 2), nn.Linear(4, 1)
+        actor_opt = torch.optim.Adam(actor.parameters())
+        critic_opt = torch.optim.Adam(critic.parameters())
+        for s, returns in batches:
+            dist = torch.distributions.Categorical(logits=actor(s))
+            a = dist.sample()
+            value = critic(s).squeeze(-1)
+            advantage = returns - value
+            critic_opt.zero_grad()
+            advantage.pow(2).mean().backward()
+            critic_opt.step()
+            actor_loss = -(dist.log_prob(a) * advantage).mean()
+            actor_opt.zero_grad()
+            actor_loss.backward()
+            actor_opt.step()
+    """),
+    "an LSTM state kept on the module, starting as None": ("BX001", """
+        class Decoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(4, 8)
+                self.hidden = None
+
+            def forward(self, x):
+                y, self.hidden = self.lstm(x, self.hidden)
+                return y
+    """),
     "a forward helper decorated with no_grad": ("BX009", """
         from torch.nn.functional import mse_loss
         model = nn.Linear(3, 1)
@@ -459,6 +487,21 @@ def test_a_state_that_starts_as_none_is_detached_only_once_it_exists():
     found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
     assert [e.content for e in found[0].fix.edits] == [
         "    if state is not None:\n        state = tuple(h.detach() for h in state)\n"]
+
+
+def test_a_module_state_that_starts_as_none_is_detached_only_once_it_exists():
+    code, text = BUGGY_CODE["an LSTM state kept on the module, starting as None"]
+    found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
+    assert [e.content for e in found[0].fix.edits] == [
+        "        if self.hidden is not None:\n"
+        "            self.hidden = tuple(h.detach() for h in self.hidden)\n"]
+
+
+def test_a_tensor_the_next_optimizer_does_not_train_is_detached_for_its_update():
+    code, text = BUGGY_CODE["an advantage shared by the critic and the actor updates"]
+    found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
+    assert [e.content for e in found[0].fix.edits] == ["advantage.detach()"]
+    assert "`actor_opt.step()`" in found[0].fix.message
 
 
 def test_every_rule_flags_some_sample_or_variant():

@@ -11,6 +11,27 @@ from explainer.fixes.edits import apply_edits
 from explainer.fixes.out_of_place import out_of_place
 from explainer.model import edits_from_json
 
+A2C = """
+    import torch
+
+    actor, critic = torch.nn.Linear(4, 2), torch.nn.Linear(4, 1)
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=1e-3)
+    critic_opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+    for episode in range(2):
+        s, returns = torch.randn(6, 4), torch.randn(6)
+        dist = torch.distributions.Categorical(logits=actor(s))
+        a = dist.sample()
+        value = critic(s).squeeze(-1)
+        advantage = returns - value  # culprit
+        critic_opt.zero_grad()
+        advantage.pow(2).mean().backward()
+        critic_opt.step()
+        actor_loss = -(dist.log_prob(a) * advantage).mean()
+        actor_opt.zero_grad()
+        actor_loss.backward()
+        actor_opt.step()
+"""
+
 # name: (kind, culprit, script)
 PATTERNS = {
     "augmented assignment on a saved activation": ("inplace-modified", "h", """
@@ -125,6 +146,81 @@ PATTERNS = {
 
         train(Tagger(), [(torch.randn(2, 5, 3), torch.randint(0, 2, (2, 5))) for _ in range(3)])
     """),
+    "an LSTM state kept on the module, starting as None": ("second-backward", "self.hidden", """
+        import torch
+
+        class Decoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = torch.nn.LSTM(4, 8)
+                self.out = torch.nn.Linear(8, 4)
+                self.hidden = None
+
+            def forward(self, x):
+                y, self.hidden = self.lstm(x, self.hidden)  # culprit
+                return self.out(y)
+
+        decoder = Decoder()
+        opt = torch.optim.SGD(decoder.parameters(), lr=0.1)
+        data = torch.randn(31, 2, 4)
+        for start in range(0, 30, 10):
+            loss = (decoder(data[start:start + 10]) - data[start + 1:start + 11]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            for h in decoder.hidden:
+                h = h.detach()  # only re-binds the loop variable
+    """),
+    "peers learning from each other's outputs (mutual learning)": ("second-backward", "out1", """
+        import torch
+        import torch.nn.functional as F
+
+        net1, net2 = torch.nn.Linear(10, 5), torch.nn.Linear(10, 5)
+        opt1 = torch.optim.SGD(net1.parameters(), lr=0.1)
+        opt2 = torch.optim.SGD(net2.parameters(), lr=0.1)
+        for _ in range(2):
+            x, y = torch.randn(8, 10), torch.randint(0, 5, (8,))
+            out1 = net1(x)  # culprit
+            out2 = net2(x)
+            kl1 = F.kl_div(F.log_softmax(out1, 1), F.softmax(out2, 1), reduction="batchmean")
+            opt1.zero_grad()
+            (F.cross_entropy(out1, y) + kl1).backward()
+            opt1.step()
+            kl2 = F.kl_div(F.log_softmax(out2, 1), F.softmax(out1, 1), reduction="batchmean")
+            opt2.zero_grad()
+            (F.cross_entropy(out2, y) + kl2).backward()
+            opt2.step()
+    """),
+    "several generator steps on one retained graph": ("inplace-modified", "G[2].weight", """
+        import torch
+
+        G = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        D = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        opt_g = torch.optim.Adam(G.parameters(), lr=1e-3)
+        for _ in range(2):
+            z = torch.randn(8, 4)
+            fake = G(z)  # culprit
+            g_loss = -D(fake).mean()
+            for _ in range(3):
+                opt_g.zero_grad()
+                g_loss.backward(retain_graph=True)
+                opt_g.step()
+    """),
+    "an advantage shared by the critic and the actor updates": ("second-backward", "advantage", A2C),
+    "targets made once from a tensor that requires grad": ("second-backward", "Y", """
+        import torch
+
+        X = torch.randn(64, 3)
+        true_W = torch.randn(3, 1, requires_grad=True)
+        Y = X @ true_W + 0.5  # culprit
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            opt.zero_grad()
+            loss = (model(X) - Y).pow(2).mean()
+            loss.backward()
+            opt.step()
+    """),
 }
 
 
@@ -162,3 +258,81 @@ def test_an_inplace_change_is_made_out_of_place_or_on_a_copy(line, fixed):
     source = src.parse("train.py", line + "\n")
     fix = out_of_place(source, source.tree.body[0], "h")
     assert apply_edits(line + "\n", fix.edits) == fixed + "\n"
+
+
+def test_peers_are_each_detached_where_the_other_learns_from_them(explain_run, tmp_path):
+    """Mutual learning: no single tensor's fix runs (each loss frees the other's output), so
+    fixes[0] detaches both, each for the update whose optimizer does not train its producer."""
+    code = textwrap.dedent(PATTERNS["peers learning from each other's outputs (mutual learning)"][2]).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert sorted(e["content"] for e in fix["edits"]) == ["out1.detach()", "out2.detach()"]
+    assert "`opt2.step()`" in fix["message"] and "`opt1.step()`" in fix["message"]
+
+
+def test_a_value_made_in_a_helper_is_not_moved_out_of_it(explain_run, tmp_path):
+    """`self.reg_loss` is made in a method called once before the loop: its line cannot move into
+    the loop (it would leave the method), so no fix offers that, and every fix offered parses."""
+    code = textwrap.dedent("""
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(10, 4)
+                self.fc = torch.nn.Linear(4, 1)
+                self.reg_loss = torch.zeros(())
+
+            def add_regularization(self):
+                self.reg_loss = self.reg_loss + 1e-3 * self.emb.weight.pow(2).sum()
+
+            def forward(self, idx):
+                return self.fc(self.emb(idx)).squeeze(-1)
+
+        model = Model()
+        model.add_regularization()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            loss = (model(torch.randint(0, 10, (8,))) - torch.randn(8)).pow(2).mean()
+            opt.zero_grad()
+            (loss + model.reg_loss).backward()
+            opt.step()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    culprit = finding["culprits"][0]
+    assert (culprit["name"], culprit["location"]["row"]) == ("self.reg_loss", 11)
+    for fix in finding["fixes"]:
+        compile(apply_edits(code, edits_from_json(fix)), "train.py", "exec")
+        assert all(e["location"]["row"] != 11 or e["content"] for e in fix["edits"]), fix["message"]
+
+
+def test_targets_made_from_an_untrained_tensor_are_kept_as_data(explain_run, tmp_path):
+    """`Y = X @ true_W` with `true_W.requires_grad=True` and no optimizer training `true_W`:
+    the fix is to make `Y` without history, not to recompute it (and back-propagate into
+    `true_W`) every step."""
+    code = textwrap.dedent(PATTERNS["targets made once from a tensor that requires grad"][2]).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    assert [e["content"] for e in finding["fixes"][0]["edits"]] == ["(X @ true_W + 0.5).detach()"]
+    assert "`true_W`" in finding["fixes"][0]["message"]
+
+
+def test_every_fix_for_the_shared_advantage_runs(explain_run, tmp_path):
+    """A2C: detaching `advantage` for the actor's update comes first; recomputing it after the
+    critic's step is the alternative, and it must re-run `value = critic(s)` as well, whose
+    graph the critic's backward freed too."""
+    code = textwrap.dedent(A2C).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert [e["content"] for e in fixes[0]["edits"]] == ["advantage.detach()"]
+    assert "value = critic(s).squeeze(-1)" in fixes[1]["edits"][0]["content"]
+    for index, fix in enumerate(fixes):
+        patched = tmp_path / f"patched{index}.py"
+        patched.write_text(apply_edits(code, edits_from_json(fix)))
+        after = explain_run(patched)
+        assert (after.returncode, after.findings) == (0, []), (fix["message"], after.stderr)

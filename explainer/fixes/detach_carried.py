@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Assignment, Source, assignments, reads
+from ..source import Assignment, Source, all_nodes, ancestors, assignments, canonical, inside, reads, value_of
 from .edits import insert_lines_before, replace
 
 
@@ -96,21 +96,63 @@ def detach_stored_value(source: Source, store: ast.AST, container: str) -> Fix |
                f"into it", (replace(source, value, f"{text}.detach()"),))
 
 
-def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is_tuple: bool) -> list[Fix | None]:
+def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is_tuple: bool,
+                           class_node: ast.ClassDef | None = None) -> list[Fix | None]:
     """State kept on a module and re-assigned in a method. A submodule call (`self.gru(x,
-    self.hidden)`) makes the new state from the old one: detach the old one there. Anything else
-    keeps this step's tensors in the state: store it without history, or under no_grad."""
+    self.hidden)`) makes the new state from the old one: detach the old one there (first checking
+    for None when the state starts as None, as nn.LSTM and nn.GRU accept). Anything else keeps
+    this step's tensors in the state: store it without history, or under no_grad."""
     from .no_grad_update import update_under_no_grad
 
     stmt = assignment.stmt
     value = getattr(stmt, "value", None)
+    may_be_none = False
+    if class_node is not None:
+        tuple_state, may_be_none = module_state_shape(class_node, stmt, name)
+        is_tuple = is_tuple or tuple_state
     fixes: list[Fix | None] = []
     if isinstance(value, ast.Call) and _is_self_call(value):
-        fixes.append(detach_where_read(source, name, assignment, is_tuple))
+        fixes.append(detach_if_set(source, name, stmt, is_tuple) if may_be_none
+                     else detach_where_read(source, name, assignment, is_tuple))
     elif isinstance(value, ast.Call):
         fixes.append(detach_stored_value(source, stmt, name))
     fixes.append(update_under_no_grad(source, stmt, name))
     return fixes
+
+
+def detach_if_set(source: Source, carrier: str, stmt: ast.stmt, is_tuple: bool) -> Fix:
+    """`if self.hidden is not None: self.hidden = self.hidden.detach()` before the statement that
+    feeds it back: the first call has no state yet."""
+    lines = [f"if {carrier} is not None:", f"    {carrier} = {detached(carrier, is_tuple)}"]
+    return Fix(f"Detach `{carrier}` before it re-enters the next step (the first call has no state "
+               f"yet), so each backward only sees the current step's graph",
+               (insert_lines_before(source, stmt, lines),))
+
+
+def module_state_shape(class_node: ast.ClassDef, stmt: ast.stmt, attribute: str) -> tuple[bool, bool]:
+    """(is_tuple, may_be_none) for a module's state attribute where `stmt` feeds it back: a tuple
+    when the class ever assigns it a tuple, or when it starts as None and the class makes an LSTM
+    (whose state is `(h, c)`); None when some method sets it to None and `stmt`'s own method
+    does not set it first (`if self.hidden is None: self.hidden = torch.zeros(...)`)."""
+    method = next((a for a in ancestors(stmt) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    others = [a for a in assignments(class_node, attribute, deep=True) if a.stmt is not stmt]
+    values = [value_of(a.stmt) for a in others]
+    is_tuple = any(isinstance(v, ast.Tuple) for v in values)
+    set_first = any(a.stmt.lineno < stmt.lineno and method is not None and inside(a.stmt, method)
+                    and not _is_none(value_of(a.stmt)) for a in others)
+    may_be_none = any(_is_none(v) for v in values) and not set_first
+    if may_be_none and not is_tuple:
+        is_tuple = makes_lstm(class_node)
+    return is_tuple, may_be_none
+
+
+def makes_lstm(tree: ast.AST) -> bool:
+    return any(isinstance(node, ast.Call) and canonical(node.func).split(".")[-1] in ("LSTM", "LSTMCell")
+               for node in all_nodes(tree))
+
+
+def _is_none(value) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None
 
 
 def _is_self_call(call: ast.Call) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, parent, reads
+from ..source import Source, ancestors, parent, reads
 from .edits import delete_lines, insert_lines_before, replace, statement_text
 
 
@@ -12,6 +12,8 @@ def move_into_body(source: Source, stmt: ast.stmt, owner: ast.AST, carrier: str)
     """Move `stmt` from before `owner` (a loop, or a closure def) to the top of its body."""
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.lineno >= owner.lineno:
         return None
+    if _scope(stmt) is not _scope(owner):
+        return None  # made in a helper called once before the loop: its line can't just move
     first = owner.body[0]
     if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant):
         first = owner.body[1] if len(owner.body) > 1 else first
@@ -43,3 +45,8 @@ def inline_attribute(source: Source, class_node: ast.ClassDef, stmt: ast.stmt, a
     name = getattr(init, "name", "__init__")
     return Fix(f"Compute `{text}` in each forward instead of once in `{name}`: a value computed "
                f"once keeps the graph of the first call", tuple(edits))
+
+
+def _scope(node: ast.AST) -> ast.AST | None:
+    return next((a for a in ancestors(node)
+                 if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))), None)

@@ -4,13 +4,15 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source
+from ..source import Source, canonical, targets_of
 from .edits import replace
 
 
 def update_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix | None:
     if not isinstance(stmt, (ast.Assign, ast.AugAssign)) or stmt.lineno != stmt.end_lineno:
         return None
+    if any(canonical(target) != canonical(attribute) for target in targets_of(stmt)):
+        return None  # `out, self.hidden = self.gru(...)`: no_grad would cut `out` from the loss too
     has_torch = any(
         isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
         for n in ast.walk(source.tree)

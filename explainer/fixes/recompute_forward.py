@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from ..model import Fix
-from ..source import Source, canonical, names_read, own_nodes, reads, targets_of
-from .edits import insert_lines_before, statement_text
+from ..source import Source, canonical, inside, loops_around, names_read, own_nodes, parent, reads, targets_of
+from ..static.dataflow import ancestors
+from .edits import delete_lines, insert_lines_before, statement_text
 
 _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)
 
@@ -20,20 +22,68 @@ def _reads_any(stmt: ast.AST, expressions: set[str]) -> bool:
     return any(reads(stmt, e) for e in expressions)
 
 
-def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, after_row: int,
-                         failing_stmt: ast.stmt, why: str) -> Fix | None:
-    """Re-run `carrier_stmt` (and what was derived from it before `after_row`) just before the
-    first statement after `after_row` that uses it."""
-    if not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
-        return None
-    statements = _simple_statements(scope)
+def _derived_chain(statements: list[ast.stmt], carrier_stmt: ast.stmt, before_row: int) -> list[ast.stmt]:
+    """`carrier_stmt` and the assignments after it, before `before_row`, made from what it made."""
     derived = {canonical(t) for t in targets_of(carrier_stmt)}
     chain = [carrier_stmt]
     for stmt in statements:
-        if carrier_stmt.lineno < stmt.lineno < after_row and isinstance(stmt, (ast.Assign, ast.AnnAssign)) \
+        if carrier_stmt.lineno < stmt.lineno < before_row and isinstance(stmt, (ast.Assign, ast.AnnAssign)) \
                 and _reads_any(stmt.value, derived):
             chain.append(stmt)
             derived |= {canonical(t) for t in targets_of(stmt)}
+    return chain
+
+
+def recompute_in_loop(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, step_row: int,
+                      failing_stmt: ast.stmt) -> Fix | None:
+    """The loop repeats backward and step over a graph built once before it (several generator
+    steps on one `g_loss`): move the statements that build it to the top of the loop's body."""
+    if not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
+        return None
+    loop = next((loop for loop in reversed(loops_around(failing_stmt))
+                 if loop.lineno <= step_row <= loop.end_lineno and not inside(carrier_stmt, loop)), None)
+    if loop is None or carrier_stmt.lineno > loop.lineno:
+        return None
+    chain = _derived_chain(_simple_statements(scope), carrier_stmt, loop.lineno)
+    needed = names_read(loop) | {canonical(n) for n in ast.walk(loop) if isinstance(n, (ast.Attribute, ast.Subscript))}
+    kept = _needed(chain, carrier_stmt, needed)
+    if any(parent(stmt) is not parent(carrier_stmt) for stmt in kept):
+        return None  # moving statements out of different blocks could change what runs
+    lines = [line for stmt in kept for line in statement_text(source, stmt)]
+    names = [f"`{canonical(t)}`" for stmt in kept for t in targets_of(stmt)]
+    built = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return Fix(f"Build {built} at the start of each pass of the loop that steps the optimizer, so "
+               f"each backward goes through a graph made with the updated weights",
+               (*(delete_lines(source, stmt) for stmt in kept), insert_lines_before(source, loop.body[0], lines)))
+
+
+def _needed(chain: list[ast.stmt], carrier_stmt: ast.stmt, needed: set[str]) -> list[ast.stmt]:
+    """The statements of `chain` that `needed` (names read later) depends on, in order."""
+    kept = []
+    for stmt in reversed(chain):
+        if stmt is carrier_stmt or any(canonical(t) in needed for t in targets_of(stmt)):
+            kept.append(stmt)
+            needed |= names_read(stmt.value)
+    kept.reverse()
+    return kept
+
+
+def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, after_row: int,
+                         failing_stmt: ast.stmt, why: str,
+                         upstream: Callable[[ast.stmt], bool] | None = None) -> Fix | None:
+    """Re-run `carrier_stmt` (and what was derived from it before `after_row`) just before the
+    first statement after `after_row` that uses it. `upstream` says which of the statements it
+    was computed from, in the same block, made tensors with history: the first backward freed
+    their graphs too (`advantage = returns - value` needs `value = critic(s)` again)."""
+    if not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
+        return None
+    statements = _simple_statements(scope)
+    chain = _derived_chain(statements, carrier_stmt, after_row)
+    if upstream is not None:
+        earlier = [a.stmt for a in ancestors(carrier_stmt.value, scope, carrier_stmt.lineno)
+                   if parent(a.stmt) is parent(carrier_stmt) and upstream(a.stmt)]
+        chain = sorted({id(s): s for s in earlier}.values(), key=lambda s: s.lineno) + chain
+    derived = {canonical(t) for stmt in chain for t in targets_of(stmt)}
     insertion = next((s for s in statements
                       if after_row < s.lineno <= failing_stmt.lineno and _reads_any(s, derived)), None)
     if insertion is None:
@@ -42,11 +92,6 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
     for stmt in statements:
         if insertion.lineno <= stmt.lineno <= failing_stmt.lineno:
             needed |= names_read(stmt) | {canonical(n) for n in ast.walk(stmt) if isinstance(n, (ast.Attribute, ast.Subscript))}
-    kept = []
-    for stmt in reversed(chain):
-        if stmt is carrier_stmt or any(canonical(t) in needed for t in targets_of(stmt)):
-            kept.append(stmt)
-            needed |= names_read(stmt.value)
-    kept.reverse()
+    kept = _needed(chain, carrier_stmt, needed)
     lines = [line for stmt in kept for line in statement_text(source, stmt)]
     return Fix(why, (insert_lines_before(source, insertion, lines),))

@@ -123,7 +123,12 @@ class Context:
             whole = src.assignments(scope, container)
             if whole and not src.appends(scope, container):
                 return self._pick(source, scope, whole, container, before_row, from_last_iteration)
-            return self._locate_stored(binding, source, scope)
+            stored = self._locate_stored(binding, source, scope)
+            attribute = _container_attribute(binding)
+            if stored is None and attribute is not None and binding.owner is not None:
+                # `model.hidden[0]`: an LSTM's (h, c) kept on the module, set in its forward.
+                return self._locate_attribute(binding.owner, attribute)
+            return stored
         expression = binding.expression
         found = self._pick(source, scope, src.assignments(scope, expression), expression, before_row,
                            from_last_iteration)
@@ -131,7 +136,7 @@ class Context:
             found = self._pick(source, source.tree, src.assignments(source.tree, expression),
                                expression, None)
         if found is None and binding.steps and binding.steps[-1][0] == "attr" and binding.owner is not None:
-            found = self._locate_attribute(binding)
+            found = self._locate_attribute(binding.owner, binding.steps[-1][1])
         return found
 
     def _pick(self, source, scope, found, expression, before_row, from_last_iteration=False) -> Located | None:
@@ -166,8 +171,9 @@ class Context:
                     return True
         return False
 
-    def _locate_attribute(self, binding: naming.Binding) -> Located | None:
-        owner, attribute = binding.owner, binding.steps[-1][1]
+    def _locate_attribute(self, owner, attribute: str) -> Located | None:
+        """Where `owner`'s class assigns `self.<attribute>` (preferably from itself, outside
+        `__init__`)."""
         code = _method_code(type(owner))
         if code is None:
             return None
@@ -280,6 +286,29 @@ class Context:
                 return []
         return list(_tensors_in(value, 2))
 
+    def made_history(self, stmt: ast.stmt) -> bool:
+        """Whether a tensor that `stmt` assigned still has autograd history in the user's frames."""
+        targets = {src.canonical(t) for t in src.targets_of(stmt)}
+        return any(b.expression in targets and b.value.grad_fn is not None for b in self.bindings())
+
+    def lookup(self, expression: str, filename: str):
+        """The value of a dotted name (`opt_d`, `self.optimizer`) in the innermost user frame
+        running `filename`; None if it cannot be read without running anything but getattr."""
+        parts = expression.split(".")
+        if not all(part.isidentifier() for part in parts):
+            return None
+        for frame in self.frames:
+            if frame.f_code.co_filename != filename:
+                continue
+            scope = frame.f_locals if parts[0] in frame.f_locals else frame.f_globals
+            if parts[0] not in scope:
+                return None
+            value = scope[parts[0]]
+            for part in parts[1:]:
+                value = getattr(value, part, None)
+            return value
+        return None
+
     def failing_statement(self):
         if self.call is None:
             return None, None, None
@@ -299,6 +328,14 @@ class Context:
             return Culprit(candidate.name, frame.f_code.co_filename, Location(frame.f_lineno, 1), role)
         return Culprit(candidate.name, located.source.filename, located.location, role,
                        located.source.line(located.row).strip())
+
+
+def _container_attribute(binding: naming.Binding) -> str | None:
+    """`hidden` for `model.hidden[0]`: the attribute that holds the sequence."""
+    steps = binding.steps
+    while steps and steps[-1][0] == "item":
+        steps = steps[:-1]
+    return steps[-1][1] if steps and steps[-1][0] == "attr" else None
 
 
 def _tensors_in(value, depth: int):

@@ -53,7 +53,10 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
         recompute = recompute_forward.recompute_before_use(
             located.source, located.scope, located.store, step.row, failing,
             f"Recompute `{carrier.name}` after `{step_site.code}` (line {step.row}), so this "
-            f"backward goes through a graph built with the updated weights")
+            f"backward goes through a graph built with the updated weights", upstream=ctx.made_history)
+        if recompute is None and step.row > failing.lineno:
+            recompute = recompute_forward.recompute_in_loop(
+                located.source, located.scope, located.store, step.row, failing)
         if recompute is not None:
             edits = recompute.edits
             previous = ctx.previous

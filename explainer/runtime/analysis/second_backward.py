@@ -8,6 +8,7 @@ import os
 from ... import source as src
 from ...fixes import (
     accumulate_item,
+    constant_data,
     detach_carried,
     detach_for_first_consumer,
     empty_container,
@@ -48,7 +49,7 @@ def explain_second_backward(ctx) -> Finding | None:
     candidates = ctx.carriers(current, targets, mark)
     if not candidates:
         return _generic_second_backward(ctx, previous)
-    return _second_backward_finding(ctx, candidates[0], previous, current)
+    return _second_backward_finding(ctx, candidates[0], previous, current, candidates[1:])
 
 
 def _shared_with_previous(ctx, roots, previous) -> tuple[graph.Walk, set[int]]:
@@ -64,7 +65,8 @@ def _shared_with_previous(ctx, roots, previous) -> tuple[graph.Walk, set[int]]:
     return full, set(graph.shared_top(full, before)) or {id(r) for r in roots}
 
 
-def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, current) -> Finding:
+def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, current,
+                             others: list[Candidate] = ()) -> Finding:
     located = candidate.located
     name = candidate.name
     source, scope, failing = ctx.failing_statement()
@@ -97,7 +99,8 @@ def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, 
         elif located is not None:
             fixes.append(detach_carried.detach_stored_value(located.source, located.store, name))
     else:
-        role, summary, detail, more_fixes, advice = _direct(ctx, candidate, previous, between, failing, source, scope)
+        role, summary, detail, more_fixes, advice = _direct(ctx, candidate, previous, between, failing, source,
+                                                            scope, others)
         fixes += more_fixes
     fixes = [f for f in fixes if f is not None]
     if fixes:
@@ -124,9 +127,12 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
         container = candidate.binding.container_expression
         if src.assignments(located.scope, container):
             name, is_tuple = container, True
+        elif located.class_node is not None:
+            is_tuple = True  # `self.hidden`, found through `model.hidden[0]`
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     if located.class_node is not None:
-        return detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple)
+        return detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple,
+                                                     located.class_node)
     if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
             and src.canonical(receiver) == src.canonical(name):
         fixes.append(accumulate_item.accumulate_with_item(source, name, located.assignment, receiver))
@@ -178,7 +184,7 @@ def _fed_back_in_a_loop(located: Located | None) -> bool:
             and bool(src.loops_around(located.store)))
 
 
-def _direct(ctx, candidate, previous, between, failing, source, scope):
+def _direct(ctx, candidate, previous, between, failing, source, scope, others=()):
     """A tensor made once and used by two backward calls: which of the shared-graph
     families is this, and its fixes."""
     located, name = candidate.located, candidate.name
@@ -197,6 +203,9 @@ def _direct(ctx, candidate, previous, between, failing, source, scope):
         return role, summary, detail, fixes, RETAIN_GRAPH_GROWS
     owner = _repeating_owner(ctx, located, failing, source)
     if owner is not None:
+        untrained = _untrained_leaves(ctx, candidate)
+        if untrained:
+            fixes.append(constant_data.detach_data(located.source, located.store, name, untrained))
         fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
         kind = "closure" if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) else "loop"
         role = f"computed once before the {kind}"
@@ -216,19 +225,21 @@ def _direct(ctx, candidate, previous, between, failing, source, scope):
     if located is None or failing is None:
         return role, summary, detail, fixes, advice
     if between:
-        stepped = _optimizer_parameters(between)
-        produced_by = _parameters_under(candidate.binding.value.grad_fn)
         last_step = max(between, key=lambda s: s.tick)
-        if stepped and not (stepped & produced_by):
-            fixes.append(detach_for_first_consumer.detach_before(
-                located.source, located.scope, name, located.store.end_lineno, previous.row))
+        shared = [candidate] + [c for c in others if c.relation == "direct" and c.located is not None
+                                and c.located.source is located.source and c.located.scope is located.scope]
+        detach, first_update = _detach_for_each_update(ctx, shared, previous, between, last_step, failing, source)
+        if detach is not None:
+            fixes.append(detach)
+        if first_update:
             advice = ("retain_graph=True would make this run, but the first loss would still "
                       "back-propagate into the model that produced "
                       f"`{name}`: detach it for that update instead.")
         fixes.append(recompute_forward.recompute_before_use(
             located.source, located.scope, located.store, last_step.row, failing,
             f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row).code}`"
-            f" (line {last_step.row}): the step changed the weights its graph was built with"))
+            f" (line {last_step.row}): the step changed the weights its graph was built with",
+            upstream=ctx.made_history))
     else:
         fixes.append(sum_losses.sum_and_backward_once(source, previous_stmt, failing) if previous_stmt is not None else None)
         call = _call_in(previous_stmt, "backward") if previous_stmt is not None else None
@@ -240,6 +251,73 @@ def _direct(ctx, candidate, previous, between, failing, source, scope):
                   "between the two backward calls), but summing the losses and calling "
                   "backward once is faster and frees the graph.")
     return role, summary, detail, fixes, advice
+
+
+def _detach_for_each_update(ctx, shared: list[Candidate], previous, between, last_step, failing, source):
+    """Detach each shared tensor where a loss reads it whose optimizer does not train the model
+    that produced it: for the update between the two backward calls (a GAN's discriminator on
+    `fake`), or for the one after this backward (peers learning from each other's outputs).
+    Returns (the fix, whether `shared[0]` is detached for the first update)."""
+    stepped = _optimizer_parameters(between)
+    follower = _step_after(ctx, source, failing)
+    follower_trains = _trained_by(follower[1]) if follower is not None else set()
+    edits, parts, first_update = [], [], False
+    for index, candidate in enumerate(shared):
+        located, name = candidate.located, candidate.name
+        produced_by = _parameters_under(candidate.binding.value.grad_fn)
+        if not produced_by:
+            continue
+        if stepped and not (stepped & produced_by):
+            fix = detach_for_first_consumer.detach_before(
+                located.source, located.scope, name, located.store.end_lineno, previous.row)
+            part = f"`{name}` for the `{ctx.call_site(last_step.filename, last_step.row).code}` update"
+            first_update = first_update or (fix is not None and index == 0)
+        elif follower is not None and not (follower_trains & produced_by):
+            fix = detach_for_first_consumer.detach_before(
+                located.source, located.scope, name, last_step.row, failing.lineno,
+                detach_for_first_consumer.LATER_UPDATE.format(step=f"{follower[0]}.step()", carrier="{carrier}"))
+            part = f"`{name}` for the `{follower[0]}.step()` update"
+        else:
+            continue
+        if fix is not None and not _overlaps(edits, fix.edits):
+            edits.extend(fix.edits)
+            parts.append((part, fix))
+    if not parts:
+        return None, False
+    if len(parts) == 1:
+        return parts[0][1], first_update
+    listed = " and ".join(part for part, _ in parts)
+    return Fix(f"Detach {listed}: neither optimizer trains the model that produced the tensor "
+               f"it is given, so each loss needs it only as a value", tuple(edits)), first_update
+
+
+def _overlaps(edits, more) -> bool:
+    spans = [(e.location.row, e.location.column, e.end_location.row, e.end_location.column) for e in edits]
+    for e in more:
+        start, end = (e.location.row, e.location.column), (e.end_location.row, e.end_location.column)
+        if any(start < (r2, c2) and (r1, c1) < end for r1, c1, r2, c2 in spans):
+            return True
+    return False
+
+
+def _step_after(ctx, source, failing) -> tuple[str, object] | None:
+    """The optimizer whose `step()` follows the failing backward in the same block: the update
+    this backward's gradients are for."""
+    block = src.parent(failing)
+    body = next((b for b in (getattr(block, f, None) for f in ("body", "orelse", "finalbody"))
+                 if isinstance(b, list) and any(s is failing for s in b)), None)
+    if body is None:
+        return None
+    for stmt in body[next(i for i, s in enumerate(body) if s is failing) + 1:]:
+        receiver = src.call_receiver(stmt, "step")
+        if receiver is None:
+            continue
+        name = src.canonical(receiver)
+        optimizer = ctx.lookup(name, source.filename)
+        if optimizer is None or not hasattr(optimizer, "param_groups"):
+            return None
+        return name, optimizer
+    return None
 
 
 def _repeating_owner(ctx, located: Located | None, failing, source) -> ast.AST | None:
@@ -412,6 +490,23 @@ def _unrecorded_second_backward(ctx, roots, walked: graph.Walk | None = None) ->
     )
 
 
+def _untrained_leaves(ctx, candidate: Candidate) -> str | None:
+    """How to name the leaves `candidate` was made from, when the recorded optimizers train none
+    of them (`Y = X @ true_W` with `true_W.requires_grad=True`: a target, not a model output)."""
+    trained = _optimizer_parameters(ctx.steps)
+    grad_fn = candidate.binding.value.grad_fn
+    if not trained or grad_fn is None:
+        return None
+    leaves = [graph.leaf_variable(n) for n in graph.walk([grad_fn]).nodes.values() if graph.is_leaf(n)]
+    if not leaves or any(id(leaf) in trained for leaf in leaves):
+        return None
+    names = {id(b.value): b.expression for b in ctx.bindings()}
+    named = [f"`{names[id(leaf)]}`" for leaf in leaves if id(leaf) in names]
+    if len(named) == len(leaves) and len(named) <= 3:
+        return " and ".join(named)
+    return f"{len(leaves)} tensor{'s' if len(leaves) > 1 else ''}"
+
+
 def _parameters_under(grad_fn) -> set[int]:
     if grad_fn is None:
         return set()
@@ -421,7 +516,11 @@ def _parameters_under(grad_fn) -> set[int]:
 def _optimizer_parameters(steps) -> set[int]:
     ids = set()
     for step in steps:
-        optimizer = step.optimizer()
-        if optimizer is not None:
-            ids |= {id(p) for group in optimizer.param_groups for p in group["params"]}
+        ids |= _trained_by(step.optimizer())
     return ids
+
+
+def _trained_by(optimizer) -> set[int]:
+    if optimizer is None:
+        return set()
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}

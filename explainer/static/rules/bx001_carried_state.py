@@ -119,21 +119,19 @@ def _is_running_total(stmt, expression) -> bool:
 def _fix(module, stmt, target, expression, scope, loop):
     is_tuple = _initial_is_tuple(scope, expression, stmt.lineno)
     if loop is None:
-        found = detach_carried.fixes_for_module_state(module.source, src.Assignment(stmt, target), expression, is_tuple)
+        class_node = src.parent(scope)
+        found = detach_carried.fixes_for_module_state(
+            module.source, src.Assignment(stmt, target), expression, is_tuple,
+            class_node if isinstance(class_node, ast.ClassDef) else None)
         return next((f for f in found if f is not None), None)
     may_be_none = detach_carried.starts_as_none(scope, expression, loop)
     # A state that starts as None shows no shape; an LSTM's is an (h, c) tuple.
-    is_tuple = is_tuple or (may_be_none and _makes_lstm(module.tree))
+    is_tuple = is_tuple or (may_be_none and detach_carried.makes_lstm(module.tree))
     if isinstance(stmt.value, ast.Call) and not may_be_none:
         fix = detach_carried.detach_where_read(module.source, expression, src.Assignment(stmt, target), is_tuple)
         if fix is not None:
             return fix
     return detach_carried.detach_at_loop_entry(module.source, expression, loop, is_tuple, may_be_none)
-
-
-def _makes_lstm(tree) -> bool:
-    return any(isinstance(node, ast.Call) and src.canonical(node.func).split(".")[-1] in ("LSTM", "LSTMCell")
-               for node in src.all_nodes(tree))
 
 
 def _initial_is_tuple(scope, expression, before) -> bool:

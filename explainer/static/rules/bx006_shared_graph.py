@@ -37,11 +37,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ... import source as src
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, sum_losses
 from ..dataflow import (
     Ancestor,
     Backward,
     ancestor_keys,
+    ancestors,
     backward_calls,
     modules_called,
     same_pass,
@@ -50,7 +52,7 @@ from ..dataflow import (
 )
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import scopes
+from ..training import has_history, scopes
 
 CODE = "BX006"
 NAME = "shared-graph"
@@ -92,18 +94,37 @@ def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward,
     fix = None
     if between:
         step = between[-1]
-        producers = modules_called(shared.value, scope, shared.line) if shared.value is not None else set()
+        producers = _producers(shared, scope)
+        follower = next((s for s in steps(scope) if same_pass(second.call, s.call) and s.line > second.line), None)
         if step.modules is not None and producers and not (producers & step.modules):
             fix = detach_for_first_consumer.detach_before(source, scope, shared.expression,
                                                           shared.stmt.end_lineno, first.line)
+        elif follower is not None and follower.modules is not None and producers \
+                and not (producers & follower.modules):
+            fix = detach_for_first_consumer.detach_before(
+                source, scope, shared.expression, step.line, second.line,
+                detach_for_first_consumer.LATER_UPDATE.format(step=source.segment(follower.call), carrier="{carrier}"))
         if fix is None:
             fix = recompute_forward.recompute_before_use(
                 source, scope, shared.stmt, step.line, second.statement,
                 f"Recompute `{name}` after `{source.segment(step.call)}` (line {step.line}): the step "
-                f"changed the weights its graph was built with")
+                f"changed the weights its graph was built with",
+                upstream=lambda stmt: has_history(src.value_of(stmt), scope, stmt.lineno))
     else:
         fix = sum_losses.sum_and_backward_once(source, first.statement, second.statement) \
             or graph_options.add_retain_graph(source, first.call, "Keep the shared graph for the second "
                                               "backward with `retain_graph=True` (no step in between)")
     return module.diagnostic(CODE, shared.target, message, fix)
 
+
+
+def _producers(shared: Ancestor, scope) -> set[str]:
+    """The modules called in the shared value or in what it was computed from (`advantage =
+    returns - value`, `value = critic(s)`: the critic)."""
+    if shared.value is None:
+        return set()
+    found = modules_called(shared.value, scope, shared.line)
+    for ancestor in ancestors(shared.value, scope, shared.line):
+        if ancestor.value is not None:
+            found |= modules_called(ancestor.value, scope, ancestor.line)
+    return found
