@@ -30,6 +30,8 @@ opt_d.step()
 g_loss = bce(discriminator(fake), ones)
 g_loss.backward()
 ```
+The same holds for the update after the second backward: an actor's loss needs the critic's
+`advantage` only as a value (`advantage.detach()`), because `actor_opt` does not train the critic.
 For two losses on one trunk with no step between them, back-propagate their sum once:
 `(loss1 + loss2).backward()`.
 """
