@@ -7,7 +7,6 @@ from ..model import Fix
 from ..source import Source, own_nodes, reads
 from .edits import replace
 
-
 FIRST_UPDATE = ("Detach `{carrier}` for the first update: its loss must not back-propagate into "
                 "the model that produced `{carrier}`, and the second update still needs that graph")
 
