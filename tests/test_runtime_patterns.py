@@ -207,6 +207,44 @@ PATTERNS = {
                 opt_g.step()
     """),
     "an advantage shared by the critic and the actor updates": ("second-backward", "advantage", A2C),
+    "a memory bank written into in forward": ("inplace-modified", "self.bank", """
+        import torch
+
+        class Embedder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.enc = torch.nn.Linear(8, 4)
+                self.bank = torch.zeros(32, 4)
+
+            def forward(self, x, idx):
+                feats = torch.nn.functional.normalize(self.enc(x), dim=1)
+                logits = feats @ self.bank.T
+                self.bank[idx] = feats  # culprit
+                return logits
+
+        model = Embedder()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            idx = torch.randperm(32)[:4]
+            loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 8), idx), idx)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    "predictions appended to a rollout after the backward": ("second-backward", "history", """
+        import torch
+
+        model = torch.nn.Linear(3, 3)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        history = torch.zeros(1, 3)
+        for t in range(4):
+            pred = model(history[-1:])
+            loss = (pred - torch.randn(1, 3)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            history = torch.cat([history, pred], 0)  # culprit
+    """),
     "targets made once from a tensor that requires grad": ("second-backward", "Y", """
         import torch
 

@@ -29,10 +29,11 @@ def detach_where_read(source: Source, carrier: str, assignment: Assignment, is_t
 
 
 def keep_detached(source: Source, carrier: str, stmt: ast.stmt, is_tuple: bool) -> Fix | None:
-    """`h = new_h` after the backward -> `h = new_h.detach()`: the next step gets the value
-    without the graph that this step's backward has just freed."""
+    """`h = new_h` (or `history = torch.cat([history, pred])`) after the backward ->
+    `.detach()` on the whole new value: the next step gets it without the graph that this
+    step's backward has just freed (detaching only the old value would keep `pred`'s)."""
     value = getattr(stmt, "value", None)
-    if not isinstance(stmt, ast.Assign) or value is None or reads(value, carrier):
+    if not isinstance(stmt, ast.Assign) or value is None:
         return None
     text = source.segment(value)
     if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):

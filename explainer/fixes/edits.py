@@ -39,6 +39,12 @@ def delete_lines(source: Source, stmt: ast.stmt) -> Edit:
     return Edit(source.filename, "", Location(stmt.lineno, 1), Location(stmt.end_lineno + 1, 1))
 
 
+def imports_torch(source: Source) -> bool:
+    """Whether the file has a plain `import torch`, so a fix can write `torch.no_grad()`."""
+    return any(isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
+               for n in ast.walk(source.tree))
+
+
 def statement_text(source: Source, stmt: ast.stmt) -> list[str]:
     """The statement's source lines (no trailing comment), dedented to its own first line."""
     first, *rest = source.segment(stmt).split("\n")

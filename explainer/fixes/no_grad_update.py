@@ -5,7 +5,7 @@ import ast
 
 from ..model import Fix
 from ..source import Source, canonical, targets_of
-from .edits import replace
+from .edits import imports_torch, replace
 
 
 def update_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix | None:
@@ -13,12 +13,8 @@ def update_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix 
         return None
     if any(canonical(target) != canonical(attribute) for target in targets_of(stmt)):
         return None  # `out, self.hidden = self.gru(...)`: no_grad would cut `out` from the loss too
-    has_torch = any(
-        isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None for a in n.names)
-        for n in ast.walk(source.tree)
-    )
     indent = source.indent_of(stmt.lineno)
-    if has_torch:
+    if imports_torch(source):
         content = f"with torch.no_grad():\n{indent}    {source.segment(stmt)}"
         return Fix(f"Update `{attribute}` under `torch.no_grad()`: it is running state, not "
                    f"something to back-propagate through", (replace(source, stmt, content),))

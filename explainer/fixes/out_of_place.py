@@ -5,7 +5,7 @@ import ast
 
 from ..model import Fix
 from ..source import Source
-from .edits import insert_lines_before, replace
+from .edits import imports_torch, insert_lines_before, replace, statement_text
 
 # In-place methods without an out-of-place twin of the same name: those get the clone.
 _NO_TWIN = {"copy_", "zero_", "fill_", "fill_diagonal_", "set_", "resize_", "resize_as_", "normal_",
@@ -13,24 +13,44 @@ _NO_TWIN = {"copy_", "zero_", "fill_", "fill_diagonal_", "set_", "resize_", "res
 _OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
               ast.Mod: "%", ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|",
               ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+_WHY = "the graph keeps the value it saved, and the new one is a new tensor"
+
+
+def _rewritten(source: Source, stmt: ast.stmt, name: str) -> str | None:
+    """The statement written out of place (`h = h + 1`, `h = h.clamp(0, 1)`), if it has a form."""
+    if isinstance(stmt, ast.AugAssign) and type(stmt.op) in _OPERATORS:
+        value = source.segment(stmt.value)
+        if not isinstance(stmt.value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Constant)):
+            value = f"({value})"
+        return f"{name} = {name} {_OPERATORS[type(stmt.op)]} {value}"
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
+            and not call.func.attr.endswith("__") and call.func.attr not in _NO_TWIN:
+        arguments = source.segment(call)[len(source.segment(call.func)):]
+        return f"{name} = {source.segment(call.func.value)}.{call.func.attr[:-1]}{arguments}"
+    return None
 
 
 def out_of_place(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
     """`h += 1` -> `h = h + 1`; `h.clamp_(0, 1)` -> `h = h.clamp(0, 1)`; anything else that
     writes into `h` (`h[mask] = 0`) gets `h = h.clone()` first."""
-    why = "the graph keeps the value it saved, and the new one is a new tensor"
-    if isinstance(stmt, ast.AugAssign) and type(stmt.op) in _OPERATORS:
-        value = source.segment(stmt.value)
-        if not isinstance(stmt.value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call, ast.Constant)):
-            value = f"({value})"
-        text = f"{name} = {name} {_OPERATORS[type(stmt.op)]} {value}"
-        return Fix(f"Write `{text}` instead of changing `{name}` in place: {why}", (replace(source, stmt, text),))
-    call = stmt.value if isinstance(stmt, ast.Expr) else None
-    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
-            and not call.func.attr.endswith("__") and call.func.attr not in _NO_TWIN:
-        method = call.func.attr[:-1]
-        arguments = source.segment(call)[len(source.segment(call.func)):]
-        text = f"{name} = {source.segment(call.func.value)}.{method}{arguments}"
-        return Fix(f"Write `{text}` instead of changing `{name}` in place: {why}", (replace(source, stmt, text),))
-    return Fix(f"Copy `{name}` before changing it in place (`{name} = {name}.clone()`): {why}",
+    text = _rewritten(source, stmt, name)
+    if text is not None:
+        return Fix(f"Write `{text}` instead of changing `{name}` in place: {_WHY}", (replace(source, stmt, text),))
+    return Fix(f"Copy `{name}` before changing it in place (`{name} = {name}.clone()`): {_WHY}",
                (insert_lines_before(source, stmt, [f"{name} = {name}.clone()"]),))
+
+
+def replace_state(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
+    """State kept across steps (`self.bank[idx] = feats` in forward) and written into in place
+    after the graph saved it: give it a new tensor, without history, under no_grad."""
+    if not imports_torch(source):
+        return out_of_place(source, stmt, name)
+    text = _rewritten(source, stmt, name)
+    body = [text] if text is not None else [f"{name} = {name}.clone()", *statement_text(source, stmt)]
+    indent = source.indent_of(stmt.lineno)
+    block = "with torch.no_grad():\n" + "\n".join(f"{indent}    {line}" for line in body)
+    return Fix(f"Give `{name}` a new tensor under `torch.no_grad()` instead of writing into the one "
+               f"the graph saved: the graph keeps the value it saved, and the state carries no "
+               f"history into the next step", (replace(source, stmt, block),))
+

@@ -174,13 +174,7 @@ class Context:
     def _locate_attribute(self, owner, attribute: str) -> Located | None:
         """Where `owner`'s class assigns `self.<attribute>` (preferably from itself, outside
         `__init__`)."""
-        code = _method_code(type(owner))
-        if code is None:
-            return None
-        source = src.load(code.co_filename)
-        if source is None:
-            return None
-        class_node = src.class_named(source, type(owner).__name__, code.co_firstlineno)
+        source, class_node = class_source(owner)
         if class_node is None:
             return None
         expression = f"self.{attribute}"
@@ -238,7 +232,8 @@ class Context:
             ranked.append(candidate)
         carried_located = []
         for candidate in carried:
-            candidate.located = self.locate(candidate.binding, self.call.row if self.call else None)
+            candidate.located = self.locate(candidate.binding, self.call.row if self.call else None,
+                                            from_last_iteration=same_site)
             if candidate.located is not None and candidate.located.carried:
                 carried_located.append(candidate)
         # A carried state re-assigned from itself beats one merely derived from it.
@@ -387,6 +382,15 @@ def _call_in(stmt, method: str) -> ast.Call | None:
             if last == method:
                 return node
     return None
+
+
+def class_source(owner) -> tuple[src.Source | None, ast.ClassDef | None]:
+    """The source file and class definition of a user object's class."""
+    code = _method_code(type(owner))
+    source = src.load(code.co_filename) if code is not None else None
+    if source is None:
+        return None, None
+    return source, src.class_named(source, type(owner).__name__, code.co_firstlineno)
 
 
 def _method_code(cls):

@@ -14,7 +14,7 @@ from .. import graph, naming
 from ..errors import InplaceDetail
 from ..hooks import StepCall
 from .advice import RETAIN_GRAPH_AFTER_STEP
-from .context import Candidate, Located, _call_in, _reaching
+from .context import Candidate, Located, _call_in, _reaching, class_source
 
 
 def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
@@ -79,7 +79,10 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
                f"`{name}` was changed in place after the graph that this backward uses saved it.")
     if fixes:
         message += f" Fix: {fixes[0].message}."
-    updater = "the optimizer" if step is None or step.optimizer() is not None else f"`{step_site.code}`"
+    if step is None:
+        updater = "an in-place operation"
+    else:
+        updater = "the optimizer" if step.optimizer() is not None else f"`{step_site.code}`"
     culprits = []
     if carrier is not None and carrier.located is not None:
         located = carrier.located
@@ -223,12 +226,16 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
     for binding in _modified_bindings(ctx, failing_key, detail):
         if binding.frame_index != 0 and ctx.frames[binding.frame_index].f_code.co_filename != source.filename:
             continue
-        name = binding.expression
+        name, where = binding.expression, source
         change = _last_inplace_change(scope, name, failing.lineno)
+        fix = out_of_place.out_of_place(source, change, name) if change is not None else None
         if change is None:
-            continue
-        fix = out_of_place.out_of_place(source, change, name)
-        code = source.segment(change)
+            # Module state written into in a method (`self.bank[idx] = feats` in forward).
+            where, change, name = _change_in_class(binding)
+            if change is None:
+                continue
+            fix = out_of_place.replace_state(where, change, name)
+        code = where.segment(change)
         message = (f"`{name}` was changed in place by `{code}` (line {change.lineno}) after the graph "
                    f"saved it for this backward (line {ctx.call.row}). The graph saved version "
                    f"{detail.expected_version if detail else '?'}, and it is now at version "
@@ -236,8 +243,8 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
         if fix is not None:
             message += f" Fix: {fix.message}."
         anchor = change.target if isinstance(change, ast.AugAssign) else change
-        culprit = Culprit(name, source.filename, node_start(source, anchor),
-                          "changed in place after the graph saved it", source.line(change.lineno).strip())
+        culprit = Culprit(name, where.filename, node_start(where, anchor),
+                          "changed in place after the graph saved it", where.line(change.lineno).strip())
         return Finding(
             kind="inplace-modified", severity="error",
             summary=f"`{name}` was changed in place after the graph saved it.",
@@ -248,6 +255,22 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
             confidence="certain" if detail is not None else "likely",
         )
     return None
+
+
+def _change_in_class(binding) -> tuple:
+    """(source, statement, `self.<attribute>`) where the class of the object holding `binding`
+    writes into that attribute in place, or (None, None, None)."""
+    if binding.owner is None or not binding.steps or binding.steps[-1][0] != "attr":
+        return None, None, None
+    source, class_node = class_source(binding.owner)
+    if class_node is None:
+        return None, None, None
+    name = f"self.{binding.steps[-1][1]}"
+    writes = [node for method in class_node.body if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for node in src.own_nodes(method) if isinstance(node, ast.stmt) and _writes_into(node, name)]
+    if not writes:
+        return None, None, None
+    return source, writes[-1], name
 
 
 def _modified_bindings(ctx, failing_key, detail: InplaceDetail | None) -> list:
