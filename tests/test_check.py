@@ -78,6 +78,37 @@ def test_silently_wrong_scenarios_are_flagged(name):
 
 
 CORRECT_CODE = {
+    "previous loss kept as a number": """
+        model = nn.Linear(4, 1)
+        prev_loss = None
+        for x in batches:
+            loss = model(x).pow(2).mean()
+            if prev_loss is not None and loss.item() > prev_loss:
+                print("worse")
+            loss.backward()
+            prev_loss = loss.item()
+    """,
+    "previous output kept detached for a consistency loss": """
+        model = nn.Linear(4, 4)
+        prev_out = None
+        for x in batches:
+            out = model(x)
+            loss = out.pow(2).mean()
+            if prev_out is not None:
+                loss = loss + (out - prev_out).pow(2).mean()
+            loss.backward()
+            prev_out = out.detach()
+    """,
+    "previous output kept for logging only": """
+        model = nn.Linear(4, 4)
+        last_out = None
+        for x in batches:
+            out = model(x)
+            if last_out is not None:
+                print((out - last_out).abs().mean().item())
+            out.pow(2).mean().backward()
+            last_out = out
+    """,
     "truncated BPTT with repackage_hidden": """
         def repackage_hidden(h):
             return h.detach() if isinstance(h, torch.Tensor) else tuple(repackage_hidden(v) for v in h)
@@ -359,6 +390,34 @@ CORRECT_CODE = {
 
 # Variants the samples don't show: (code, snippet). The fix must silence the code.
 BUGGY_CODE = {
+    "the previous iteration's loss kept for the next one": ("BX001", """
+        model = nn.Linear(4, 1)
+        prev_loss = None
+        for x in batches:
+            loss = model(x).pow(2).mean()
+            objective = loss if prev_loss is None else loss + 0.1 * (loss - prev_loss).abs()
+            objective.backward()
+            prev_loss = loss
+    """),
+    "the previous output kept on a module for a consistency loss": ("BX001", """
+        net = nn.Linear(5, 5)
+        net.last_output = None
+        for x in batches:
+            out = net(x)
+            loss = out.pow(2).mean()
+            if net.last_output is not None:
+                loss = loss + (out - net.last_output).pow(2).mean()
+            loss.backward()
+            net.last_output = out
+    """),
+    "predictions appended to a rollout after the backward": ("BX001", """
+        model = nn.Linear(3, 3)
+        history = torch.zeros(1, 3)
+        for target in batches:
+            pred = model(history[-1:])
+            (pred - target).pow(2).mean().backward()
+            history = torch.cat([history, pred], 0)
+    """),
     "retain_graph=True over a tensor made before the loop": ("BX008", """
         w = torch.randn(3, requires_grad=True)
         w_hat = w / w.norm()
@@ -502,6 +561,12 @@ def test_a_tensor_the_next_optimizer_does_not_train_is_detached_for_its_update()
     found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
     assert [e.content for e in found[0].fix.edits] == ["advantage.detach()"]
     assert "`actor_opt.step()`" in found[0].fix.message
+
+
+def test_a_value_extended_after_the_backward_is_kept_detached_whole():
+    code, text = BUGGY_CODE["predictions appended to a rollout after the backward"]
+    found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
+    assert [e.content for e in found[0].fix.edits] == ["torch.cat([history, pred], 0).detach()"]
 
 
 def test_every_rule_flags_some_sample_or_variant():

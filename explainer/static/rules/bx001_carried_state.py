@@ -4,7 +4,10 @@
 Flags a tensor that is re-assigned from its own previous value by something with autograd history
 (`out, hidden = model(x, hidden)`, `Yest = Yest + w * X`, `self.hidden = ...self.hidden...` in a
 module) inside a loop that calls `backward()` (or in a module method), when nothing detaches it.
-Also flags the same state kept through another name: `new_h = cell(x, h)` ... `h = new_h`.
+Also flags the same state kept through another name: `new_h = cell(x, h)` ... `h = new_h`, and
+a value with history kept for the next iteration's loss: `prev_loss = loss` after the backward,
+read by the next iteration's objective. A value re-assigned after the backward
+(`history = torch.cat([history, pred])`) is fixed by detaching the whole new value.
 
 ## Why is this bad?
 The new value's history includes the old one, so each iteration's graph is linked to the previous
@@ -40,10 +43,13 @@ from .. import dataflow
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
 from ..training import (
+    backward_roots,
     carried_across_passes,
     detached_in,
+    flows_into_backward,
     has_history,
     live_reads,
+    operand_reads,
     reset_before,
     training_loops,
     under_no_grad,
@@ -97,7 +103,10 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
     made_from_old = next((a for a in dataflow.ancestors(stmt.value, scope, stmt.lineno)
                           if a.value is not None and a.stmt is not stmt and src.inside(a.stmt, loop)
                           and live_reads(a.value, expression)), None)
-    if made_from_old is None or not has_history(made_from_old.value, scope, made_from_old.line, ignore=expression):
+    if made_from_old is None:
+        yield from _kept_for_the_next_pass(module, stmt, target, expression, scope, loop)
+        return
+    if not has_history(made_from_old.value, scope, made_from_old.line, ignore=expression):
         return
     if detached_in(loop, expression) or reset_before(loop, made_from_old.stmt, expression):
         return
@@ -109,6 +118,28 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
         f"line {made_from_old.line} with autograd history, and never detached: each backward "
         f"reaches into the previous iteration's freed graph",
         detach_carried.keep_detached(module.source, expression, stmt, is_tuple))
+
+
+def _kept_for_the_next_pass(module, stmt, target, expression, scope, loop) -> Iterator[Diagnostic]:
+    """`prev_loss = loss` (or `self.last_output = out`) while this pass's backward reads the
+    previous pass's `prev_loss`: the kept value's graph is freed before the next pass uses it."""
+    if not has_history(stmt.value, scope, stmt.lineno, strict=True):
+        return
+    if not flows_into_backward(loop, expression, reads=_live_operand_reads):
+        return
+    if detached_in(loop, expression) or reset_before(loop, stmt, expression):
+        return
+    text, kept = module.source.segment(target), module.source.segment(stmt.value)
+    yield module.diagnostic(
+        CODE, target,
+        f"`{text}` keeps `{kept}`, which has autograd history, for the next iteration, and the "
+        f"next iteration's backward goes through it: this iteration's backward has freed that graph",
+        detach_carried.keep_detached(module.source, expression, stmt, False))
+
+
+def _live_operand_reads(node, expression):
+    live = {id(read) for read in live_reads(node, expression)}
+    return [read for read in operand_reads(node, expression) if id(read) in live]
 
 
 def _is_running_total(stmt, expression) -> bool:
@@ -127,6 +158,12 @@ def _fix(module, stmt, target, expression, scope, loop):
     may_be_none = detach_carried.starts_as_none(scope, expression, loop)
     # A state that starts as None shows no shape; an LSTM's is an (h, c) tuple.
     is_tuple = is_tuple or (may_be_none and detach_carried.makes_lstm(module.tree))
+    if any(call.lineno < stmt.lineno for call, _ in backward_roots(loop)):
+        # Re-assigned after this pass's backward (`history = torch.cat([history, pred])`): the
+        # whole new value goes to the next pass without history, not only the old part of it.
+        fix = detach_carried.keep_detached(module.source, expression, stmt, is_tuple)
+        if fix is not None:
+            return fix
     if isinstance(stmt.value, ast.Call) and not may_be_none:
         fix = detach_carried.detach_where_read(module.source, expression, src.Assignment(stmt, target), is_tuple)
         if fix is not None:
