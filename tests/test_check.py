@@ -390,6 +390,15 @@ CORRECT_CODE = {
 
 # Variants the samples don't show: (code, snippet). The fix must silence the code.
 BUGGY_CODE = {
+    "the same loss back-propagated again under a condition": ("BX006", """
+        model = nn.Linear(4, 1)
+        for x in batches:
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            if log_gradients:
+                loss.backward()
+            optimizer.step()
+    """),
     "the previous iteration's loss kept for the next one": ("BX001", """
         model = nn.Linear(4, 1)
         prev_loss = None
@@ -567,6 +576,15 @@ def test_a_value_extended_after_the_backward_is_kept_detached_whole():
     code, text = BUGGY_CODE["predictions appended to a rollout after the backward"]
     found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
     assert [e.content for e in found[0].fix.edits] == ["torch.cat([history, pred], 0).detach()"]
+
+
+def test_a_second_backward_of_the_same_loss_is_removed_not_summed():
+    code, text = BUGGY_CODE["the same loss back-propagated again under a condition"]
+    text = textwrap.dedent(text)
+    found = [d for d in check_text(text, "variant.py") if d.code == code]
+    assert found[0].location.row == 7 and "back-propagated twice" in found[0].message
+    assert apply_edits(text, found[0].fix.edits) == text.replace(
+        "if log_gradients:\n        loss.backward()", "if log_gradients:\n        pass")
 
 
 def test_every_rule_flags_some_sample_or_variant():

@@ -245,6 +245,24 @@ PATTERNS = {
             opt.step()
             history = torch.cat([history, pred], 0)  # culprit
     """),
+    "a loss back-propagated by a helper and again by its caller": ("second-backward", "loss", """
+        import torch
+        import torch.nn.functional as F
+
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def train_step(x, y):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        for _ in range(3):
+            loss = train_step(torch.randn(8, 4), torch.randn(8, 1))
+            loss.backward()  # culprit
+    """),
     "targets made once from a tensor that requires grad": ("second-backward", "Y", """
         import torch
 

@@ -15,6 +15,7 @@ from ...fixes import (
     graph_options,
     move_into_loop,
     recompute_forward,
+    remove_statement,
     sum_losses,
 )
 from ...fixes.edits import node_start
@@ -33,6 +34,10 @@ def explain_second_backward(ctx) -> Finding | None:
         return None
     if previous is None:
         return _unrecorded_second_backward(ctx, roots)
+    if set(ctx.call.root_ids) == set(previous.root_ids) and all(r._sequence_nr() < previous.mark for r in roots):
+        finding = _same_tensor_twice(ctx, previous)
+        if finding is not None:
+            return finding
     mark = previous.mark
     current = graph.walk(roots, expand=lambda seq: seq >= mark)
     if all(current.seq[id(r)] >= mark for r in roots):
@@ -411,6 +416,35 @@ def _two_gradient_passes(ctx, source, call: ast.Call, name: str, previous: Backw
         message=message, culprits=[culprit], fixes=fixes,
         backward=ctx.call_site(ctx.call.filename, ctx.call.row),
         freed_by=ctx.call_site(previous.filename, previous.row), retain_graph_advice=advice,
+    )
+
+
+def _same_tensor_twice(ctx, previous: BackwardCall) -> Finding | None:
+    """The same loss back-propagated twice (`loss.backward()` in a helper, then again by its
+    caller): the second call is the bug, not the freed graph."""
+    source, _, failing = ctx.failing_statement()
+    receiver = src.call_receiver(failing, "backward") if failing is not None else None
+    if receiver is None:
+        return None
+    name = source.segment(receiver)
+    freed = ctx.call_site(previous.filename, previous.row)
+    where = (f"line {previous.row}" if previous.filename == source.filename
+             else f"{os.path.basename(previous.filename)}:{previous.row}")
+    fix = remove_statement.remove_call(source, failing, receiver)
+    message = (f"`{freed.code}` ({where}) already back-propagated `{name}`, and this call (line "
+               f"{ctx.call.row}) back-propagates the same tensor again.")
+    if fix is not None:
+        message += f" Fix: {fix.message}."
+    culprit = Culprit(name, source.filename, node_start(source, failing), "back-propagated a second time",
+                      source.line(failing.lineno).strip())
+    return Finding(
+        kind="second-backward", severity="error",
+        summary=f"`{name}` is back-propagated twice: `{freed.code}` ({where}) already did it.",
+        message=message, culprits=[culprit], fixes=[fix] if fix else [],
+        backward=ctx.call_site(ctx.call.filename, ctx.call.row), freed_by=freed,
+        retain_graph_advice="retain_graph=True on the first call would make this run, but every "
+                            "gradient would be counted twice (and after an optimizer step it fails "
+                            "with 'modified by an inplace operation').",
     )
 
 

@@ -33,14 +33,15 @@ g_loss.backward()
 The same holds for the update after the second backward: an actor's loss needs the critic's
 `advantage` only as a value (`advantage.detach()`), because `actor_opt` does not train the critic.
 For two losses on one trunk with no step between them, back-propagate their sum once:
-`(loss1 + loss2).backward()`.
+`(loss1 + loss2).backward()`. The same loss back-propagated twice is a duplicate call: remove the
+second one (with `retain_graph=True` it would count every gradient twice).
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from ... import source as src
-from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, sum_losses
+from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
 from ..dataflow import (
     Ancestor,
     Backward,
@@ -88,6 +89,13 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
 
 def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward, second: Backward) -> Diagnostic:
     source = module.source
+    if _same_tensor(first, second, scope):
+        name = source.segment(second.root)
+        return module.diagnostic(
+            CODE, second.call,
+            f"`{name}` is back-propagated twice: `{source.segment(first.call)}` (line {first.line}) "
+            f"already did it, and its graph is freed, so this call raises 'backward through the "
+            f"graph a second time'", remove_statement.remove_call(source, second.statement, second.root))
     between = [s for s in steps(scope) if same_pass(first.call, s.call) and same_pass(s.call, second.call)]
     name = source.segment(shared.target)
     message = (f"`{name}` feeds both `{source.segment(first.call)}` (line {first.line}) and "
@@ -130,3 +138,11 @@ def _producers(shared: Ancestor, scope) -> set[str]:
         if ancestor.value is not None:
             found |= modules_called(ancestor.value, scope, ancestor.line)
     return found
+
+
+def _same_tensor(first: Backward, second: Backward, scope) -> bool:
+    """Both calls back-propagate the same expression, not re-assigned between them."""
+    name = src.canonical(first.root)
+    if first.api != "backward" or second.api != "backward" or src.canonical(second.root) != name:
+        return False
+    return not any(first.line < a.stmt.lineno <= second.line for a in src.assignments(scope, name))
