@@ -415,6 +415,14 @@ def _assignment_index(scope: ast.AST, deep: bool) -> dict[str, list[Assignment]]
     return cached(scope, "_assignments_deep" if deep else "_assignments", build)
 
 
+def item_assignments(scope: ast.AST, container: str, *, deep: bool = False) -> list[Assignment]:
+    """Assignments into an element of `container` (`states[i] = ...`, `self.cache[key] = ...`)."""
+    name = canonical(container)
+    found = [a for assigned in _assignment_index(scope, deep).values() for a in assigned
+             if isinstance(a.target, ast.Subscript) and canonical(a.target.value) == name]
+    return sorted(found, key=lambda a: (a.stmt.lineno, a.stmt.col_offset))
+
+
 def appends(scope: ast.AST, container: str, *, deep: bool = False) -> list[ast.Call]:
     """`container.append(x)` / `.extend` / `.insert` calls in `scope`."""
     wanted = canonical(container)

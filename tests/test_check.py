@@ -78,6 +78,27 @@ def test_silently_wrong_scenarios_are_flagged(name):
 
 
 CORRECT_CODE = {
+    "PPO: old log-probabilities kept detached, actions sampled once": """
+        policy = nn.Linear(4, 3)
+        dist = torch.distributions.Categorical(logits=policy(states))
+        actions = dist.sample()
+        old_log_probs = dist.log_prob(actions).detach()
+        for epoch in range(4):
+            new_log_probs = torch.distributions.Categorical(logits=policy(states)).log_prob(actions)
+            ratio = torch.exp(new_log_probs - old_log_probs)
+            (-(ratio * advantages).mean()).backward()
+            optimizer.step()
+    """,
+    "per-layer states detached at the start of each step": """
+        cells = nn.ModuleList([nn.GRUCell(4, 4) for _ in range(2)])
+        states = [torch.zeros(3, 4) for _ in cells]
+        for x in batches:
+            states = [h.detach() for h in states]
+            for i, cell in enumerate(cells):
+                states[i] = cell(x, states[i])
+                x = states[i]
+            x.pow(2).mean().backward()
+    """,
     "previous loss kept as a number": """
         model = nn.Linear(4, 1)
         prev_loss = None
@@ -390,6 +411,17 @@ CORRECT_CODE = {
 
 # Variants the samples don't show: (code, snippet). The fix must silence the code.
 BUGGY_CODE = {
+    "PPO's old log-probabilities computed once, with history": ("BX004", """
+        policy = nn.Linear(4, 3)
+        dist = torch.distributions.Categorical(logits=policy(states))
+        actions = dist.sample()
+        old_log_probs = dist.log_prob(actions)
+        for epoch in range(4):
+            new_log_probs = torch.distributions.Categorical(logits=policy(states)).log_prob(actions)
+            ratio = torch.exp(new_log_probs - old_log_probs)
+            (-(ratio * advantages).mean()).backward()
+            optimizer.step()
+    """),
     "the same loss back-propagated again under a condition": ("BX006", """
         model = nn.Linear(4, 1)
         for x in batches:
@@ -585,6 +617,12 @@ def test_a_second_backward_of_the_same_loss_is_removed_not_summed():
     assert found[0].location.row == 7 and "back-propagated twice" in found[0].message
     assert apply_edits(text, found[0].fix.edits) == text.replace(
         "if log_gradients:\n        loss.backward()", "if log_gradients:\n        pass")
+
+
+def test_a_snapshot_of_a_model_the_loop_calls_again_is_kept_detached():
+    code, text = BUGGY_CODE["PPO's old log-probabilities computed once, with history"]
+    found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
+    assert [e.content for e in found[0].fix.edits] == ["dist.log_prob(actions).detach()"]
 
 
 def test_every_rule_flags_some_sample_or_variant():

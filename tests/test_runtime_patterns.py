@@ -32,6 +32,24 @@ A2C = """
         actor_opt.step()
 """
 
+PPO = """
+    import torch
+
+    policy = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    states, advantages = torch.randn(16, 4), torch.randn(16)
+    dist = torch.distributions.Categorical(logits=policy(states))
+    actions = dist.sample()
+    old_log_probs = dist.log_prob(actions)  # culprit
+    for epoch in range(4):
+        new_log_probs = torch.distributions.Categorical(logits=policy(states)).log_prob(actions)
+        ratio = torch.exp(new_log_probs - old_log_probs)
+        loss = -torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
 # name: (kind, culprit, script)
 PATTERNS = {
     "augmented assignment on a saved activation": ("inplace-modified", "h", """
@@ -263,6 +281,46 @@ PATTERNS = {
             loss = train_step(torch.randn(8, 4), torch.randn(8, 1))
             loss.backward()  # culprit
     """),
+    "per-layer states kept in a list": ("second-backward", "states[i]", """
+        import torch
+
+        cells = torch.nn.ModuleList([torch.nn.GRUCell(4, 4) for _ in range(2)])
+        opt = torch.optim.SGD(cells.parameters(), lr=0.1)
+        states = [torch.zeros(3, 4) for _ in cells]
+        for step in range(3):
+            x = torch.randn(3, 4)
+            for i, cell in enumerate(cells):
+                states[i] = cell(x, states[i])  # culprit
+                x = states[i]
+            opt.zero_grad()
+            x.pow(2).mean().backward()
+            opt.step()
+    """),
+    "a per-key cache on the module": ("second-backward", "self.cache[key]", """
+        import torch
+
+        class Tracker(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = torch.nn.Linear(4, 4)
+                self.cache = {}
+
+            def forward(self, x, key):
+                feat = self.proj(x)
+                if key in self.cache:
+                    feat = feat + 0.5 * self.cache[key]
+                self.cache[key] = feat  # culprit
+                return feat
+
+        tracker = Tracker()
+        opt = torch.optim.SGD(tracker.parameters(), lr=0.1)
+        for _ in range(3):
+            loss = tracker(torch.randn(2, 4), "video-1").pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    "PPO's old log-probabilities computed once": ("second-backward", "old_log_probs", PPO),
     "targets made once from a tensor that requires grad": ("second-backward", "Y", """
         import torch
 
@@ -392,3 +450,14 @@ def test_every_fix_for_the_shared_advantage_runs(explain_run, tmp_path):
         patched.write_text(apply_edits(code, edits_from_json(fix)))
         after = explain_run(patched)
         assert (after.returncode, after.findings) == (0, []), (fix["message"], after.stderr)
+
+
+def test_a_snapshot_of_a_model_the_loop_calls_again_is_detached_not_recomputed(explain_run, tmp_path):
+    """PPO: recomputing `old_log_probs` in the update loop would make the ratio 1; the fix keeps
+    it as a constant, and no fix offers to move it into the loop."""
+    code = textwrap.dedent(PPO).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert [e["content"] for e in fixes[0]["edits"]] == ["dist.log_prob(actions).detach()"]
+    assert not any("inside the loop" in fix["message"] for fix in fixes)

@@ -1,4 +1,4 @@
-"""A value made once from tensors that no optimizer trains is data: keep it without history."""
+"""A value made once that each backward needs only as a value: keep it without history."""
 from __future__ import annotations
 
 import ast
@@ -10,12 +10,24 @@ from .edits import replace
 
 def detach_data(source: Source, stmt: ast.stmt, name: str, leaves: str) -> Fix | None:
     """`Y = X @ true_W + b` -> `Y = (X @ true_W + b).detach()`: made once, used as a target."""
+    return detach_value(source, stmt, f"Make `{name}` without history: it comes from {leaves}, which "
+                                      f"no optimizer trains, so it is data, and every backward only "
+                                      f"needs its value")
+
+
+def detach_snapshot(source: Source, stmt: ast.stmt, name: str, model: str) -> Fix | None:
+    """`old_log_probs = dist.log_prob(actions)` before PPO's update epochs -> `.detach()`: the loop
+    calls the same model again, so this value is its output before the updates, a constant."""
+    return detach_value(source, stmt, f"Keep `{name}` as a fixed snapshot, without history: the "
+                                      f"loop calls `{model}` again, so `{name}` stands for its output "
+                                      f"before the updates")
+
+
+def detach_value(source: Source, stmt: ast.stmt, why: str) -> Fix | None:
     value = getattr(stmt, "value", None)
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or value is None:
         return None
     text = source.segment(value)
     if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
         text = f"({text})"
-    return Fix(f"Make `{name}` without history: it comes from {leaves}, which no optimizer trains, "
-               f"so it is data, and every backward only needs its value",
-               (replace(source, value, f"{text}.detach()"),))
+    return Fix(why, (replace(source, value, f"{text}.detach()"),))

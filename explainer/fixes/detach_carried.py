@@ -57,6 +57,23 @@ def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple:
     return None
 
 
+def detach_elements_at_loop_entry(source: Source, container: str, loop: ast.stmt, made_as: ast.AST | None) -> Fix | None:
+    """`states[i] = cell(x, states[i])` in an inner loop over layers: detach every element of
+    `states` at the start of each pass of the outer loop, keeping the container's kind."""
+    if isinstance(made_as, (ast.Dict, ast.DictComp)):
+        value = f"{{key: value.detach() for key, value in {container}.items()}}"
+    elif isinstance(made_as, (ast.List, ast.ListComp)):
+        value = f"[h.detach() for h in {container}]"
+    else:
+        return None
+    for stmt in loop.body:
+        if reads(stmt, container):
+            return Fix(f"Detach every element of `{container}` at the start of each iteration, so "
+                       f"the history of the previous iteration is not back-propagated again",
+                       (insert_lines_before(source, stmt, [f"{container} = {value}"]),))
+    return None
+
+
 def starts_as_none(scope: ast.AST, carrier: str, loop: ast.stmt) -> bool:
     """Whether `carrier` is set to None before the loop (the first pass has no state yet)."""
     for assignment in assignments(scope, carrier):
@@ -115,7 +132,7 @@ def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is
     if isinstance(value, ast.Call) and _is_self_call(value):
         fixes.append(detach_if_set(source, name, stmt, is_tuple) if may_be_none
                      else detach_where_read(source, name, assignment, is_tuple))
-    elif isinstance(value, ast.Call):
+    elif isinstance(value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
         fixes.append(detach_stored_value(source, stmt, name))
     fixes.append(update_under_no_grad(source, stmt, name))
     return fixes

@@ -13,6 +13,8 @@ def update_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix 
         return None
     if any(canonical(target) != canonical(attribute) for target in targets_of(stmt)):
         return None  # `out, self.hidden = self.gru(...)`: no_grad would cut `out` from the loss too
+    if isinstance(stmt.value, (ast.Name, ast.Attribute, ast.Subscript)):
+        return None  # storing an existing tensor under no_grad keeps its history
     indent = source.indent_of(stmt.lineno)
     if imports_torch(source):
         content = f"with torch.no_grad():\n{indent}    {source.segment(stmt)}"

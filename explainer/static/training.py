@@ -10,7 +10,10 @@ from . import jedi_types
 
 # Calls whose result never carries autograd history.
 CUTS = {"detach", "detach_", "item", "tolist", "numpy", "float", "int", "bool", "len", "str", "range",
-        "repackage_hidden", "zeros", "zeros_like", "ones", "ones_like", "empty", "randn", "rand", "tensor"}
+        "repackage_hidden", "zeros", "zeros_like", "ones", "ones_like", "empty", "randn", "rand", "tensor",
+        # sampling and indices: a distribution's `sample()` runs without grad (`rsample()` keeps it)
+        "sample", "argmax", "argmin", "multinomial", "randint", "randperm", "randn_like", "rand_like",
+        "arange", "full", "eye"}
 BACKWARD_CALLS = {"backward", "grad"}
 
 
@@ -94,12 +97,21 @@ def cuts_history(expression: ast.AST) -> bool:
 
 
 def detached_in(loop: ast.AST, expression: str) -> bool:
-    """Whether the loop re-binds `expression` to a detached copy of itself, or detaches it in place."""
+    """Whether the loop re-binds `expression` (or the container it is an element of) to a detached
+    copy of itself, or detaches it in place."""
+    names = {src.canonical(expression)}
+    try:
+        node = src.parse_tree(expression, mode="eval").body if "[" in expression else None
+    except SyntaxError:
+        node = None
+    while isinstance(node, ast.Subscript):  # `states[i]`: `states = [h.detach() for h in states]`
+        node = node.value
+        names.add(src.canonical(node))
     for node in src.own_nodes(loop):
         value = src.value_of(node) if isinstance(node, ast.stmt) else None
-        if value is not None and any(src.canonical(t) == src.canonical(expression) for t in src.targets_of(node)) \
-                and src.reads(value, expression) and not live_reads(value, expression):
-            return True  # `h = h.detach()`, `h = repackage_hidden(h)`, `h = tuple(x.detach() for x in h)`
+        for name in names & {src.canonical(t) for t in src.targets_of(node)} if value is not None else ():
+            if src.reads(value, name) and not live_reads(value, name):
+                return True  # `h = h.detach()`, `h = repackage_hidden(h)`, `h = tuple(x.detach() for x in h)`
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach_":
             receiver = node.func.value
             while isinstance(receiver, ast.Subscript):  # `hidden[0].detach_()` detaches part of `hidden`
@@ -151,8 +163,12 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         return False
     bindings = bindings or {}
 
-    def recurse(child, at=before) -> bool:
-        return has_history(child, scope, at, strict=strict, ignore=ignore, depth=depth + 1, bindings=bindings)
+    def recurse(child, at=None) -> bool:
+        # Only following a name to its assignment counts against the depth: a long expression
+        # (`-(ratio * adv).mean()` over `Categorical(logits=policy(s)).log_prob(a)`) is not deep.
+        hops = depth if at is None else depth + 1
+        return has_history(child, scope, before if at is None else at, strict=strict, ignore=ignore,
+                           depth=hops, bindings=bindings)
 
     if isinstance(node, ast.Call):
         if is_leaf_creation(node):

@@ -120,6 +120,10 @@ class Context:
             return None
         if binding.in_sequence:
             container = binding.container_expression
+            items = src.item_assignments(scope, container)
+            if items:  # `states[i] = cell(x, states[i])`: the element is what is re-assigned
+                return self._pick(source, scope, items, src.canonical(items[-1].target), before_row,
+                                  from_last_iteration)
             whole = src.assignments(scope, container)
             if whole and not src.appends(scope, container):
                 return self._pick(source, scope, whole, container, before_row, from_last_iteration)
@@ -137,6 +141,9 @@ class Context:
                                expression, None)
         if found is None and binding.steps and binding.steps[-1][0] == "attr" and binding.owner is not None:
             found = self._locate_attribute(binding.owner, binding.steps[-1][1])
+        attribute = _container_attribute(binding)
+        if found is None and attribute is not None and binding.owner is not None:
+            found = self._locate_attribute(binding.owner, attribute)  # `self.cache[key] = feat`
         return found
 
     def _pick(self, source, scope, found, expression, before_row, from_last_iteration=False) -> Located | None:
@@ -178,20 +185,27 @@ class Context:
         if class_node is None:
             return None
         expression = f"self.{attribute}"
-        found = src.assignments(class_node, expression, deep=True)
+        found = src.assignments(class_node, expression, deep=True) + src.item_assignments(
+            class_node, expression, deep=True)
         if not found:
             return None
 
+        def carried(assignment) -> bool:
+            if self_referencing(assignment, src.canonical(assignment.target)):
+                return True
+            # `self.cache[key] = feat` after `feat = feat + self.cache[key]`: read, then replaced.
+            method = _method_of(assignment.stmt)
+            return isinstance(assignment.target, ast.Subscript) and method is not None and any(
+                read.lineno < assignment.stmt.lineno for read in src.reads(method, expression))
+
         def score(assignment):
             method = _method_of(assignment.stmt)
-            return (self_referencing(assignment, expression),
-                    getattr(method, "name", "") != "__init__", assignment.stmt.lineno)
+            return (carried(assignment), getattr(method, "name", "") != "__init__", assignment.stmt.lineno)
 
         best = max(found, key=score)
         method = _method_of(best.stmt)
         return Located(source, method or class_node, best.stmt, best.target, source.segment(best.target),
-                       self_referencing(best, expression),
-                       in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
+                       carried(best), in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
 
     def _locate_stored(self, binding, source, scope) -> Located | None:
         container = binding.container_expression

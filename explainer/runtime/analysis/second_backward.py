@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import os
 
+import torch
+
 from ... import source as src
 from ...fixes import (
     accumulate_item,
@@ -128,7 +130,7 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
     stmt = located.store
     fixes: list[Fix | None] = []
     # An LSTM state is a tuple (h, c): the binding found is one element of it.
-    if candidate.binding.in_sequence:
+    if candidate.binding.in_sequence and not isinstance(located.target, ast.Subscript):
         container = candidate.binding.container_expression
         if src.assignments(located.scope, container):
             name, is_tuple = container, True
@@ -147,6 +149,14 @@ def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
     for candidate_loop in loops:
         if any(s is stmt for s in candidate_loop.body):
             loop = candidate_loop
+    if loop is not None and isinstance(located.target, ast.Subscript) and not any(s is stmt for s in loop.body):
+        # An element re-assigned in an inner loop (`for i, cell in enumerate(cells)`): its index
+        # means nothing at the outer loop's entry, so detach the whole container there.
+        container = src.canonical(located.target.value)
+        made = src.last_assignment(located.scope, container, loop.lineno)
+        fixes.append(detach_carried.detach_elements_at_loop_entry(
+            source, container, loop, made.value if made is not None else None))
+        return fixes
     if loop is not None:
         may_be_none = detach_carried.starts_as_none(located.scope, name, loop)
         fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
@@ -209,9 +219,14 @@ def _direct(ctx, candidate, previous, between, failing, source, scope, others=()
     owner = _repeating_owner(ctx, located, failing, source)
     if owner is not None:
         untrained = _untrained_leaves(ctx, candidate)
+        model = None if untrained else _called_again_in(ctx, located, owner)
         if untrained:
             fixes.append(constant_data.detach_data(located.source, located.store, name, untrained))
-        fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
+        if model is not None:
+            # Recomputing it in the loop would make it equal to the fresh output (PPO's ratio 1).
+            fixes.append(constant_data.detach_snapshot(located.source, located.store, name, model))
+        else:
+            fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
         kind = "closure" if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) else "loop"
         role = f"computed once before the {kind}"
         summary = f"`{name}` is computed once, before the {kind}, and every backward reuses its graph."
@@ -522,6 +537,30 @@ def _unrecorded_second_backward(ctx, roots, walked: graph.Walk | None = None) ->
         fixes=fixes, backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
         retain_graph_advice=RETAIN_GRAPH_GROWS, confidence="likely",
     )
+
+
+def _called_again_in(ctx, located: Located, owner: ast.AST) -> str | None:
+    """A model that made `located`'s value (in its statement or the ones it was computed from,
+    before `owner`) and that `owner`, the loop, calls again: PPO's `old_log_probs` from
+    `policy(states)`, with `policy(states)` again in the update loop."""
+    if not isinstance(located.store, ast.stmt) or src.value_of(located.store) is None:
+        return None
+    made_by = [located.store] + [a.stmt for a in ancestors(src.value_of(located.store), located.scope,
+                                                           located.store.lineno) if a.stmt.lineno < owner.lineno]
+    filename = located.source.filename
+
+    def models(nodes) -> list[str]:
+        names = []
+        for node in nodes:
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)):
+                    name = src.canonical(call.func)
+                    if name not in names and isinstance(ctx.lookup(name, filename), torch.nn.Module):
+                        names.append(name)
+        return names
+
+    again = set(models(owner.body))
+    return next((name for name in models(made_by) if name in again), None)
 
 
 def _untrained_leaves(ctx, candidate: Candidate) -> str | None:

@@ -34,7 +34,8 @@ import ast
 from collections.abc import Iterator
 
 from ... import source as src
-from ...fixes import move_into_loop
+from ...fixes import constant_data, move_into_loop
+from .. import dataflow
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
 from ..training import (
@@ -73,11 +74,26 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
                 continue
             if _later_assigned(scope, name, stmt, owner) or not _derived_from_parameters(stmt.value, scope, stmt.lineno):
                 continue
-            fix = move_into_loop.move_into_body(module.source, stmt, owner, name)
+            model = _called_again(stmt, scope, owner)
+            if model is not None:
+                # PPO's `old_log_probs`: recomputing it in the loop would equal the fresh output.
+                fix = constant_data.detach_snapshot(module.source, stmt, name, model)
+            else:
+                fix = move_into_loop.move_into_body(module.source, stmt, owner, name)
             yield module.diagnostic(
                 CODE, target,
                 f"`{name}` is computed once, before the {kind}, and every backward in the {kind} "
                 f"goes through its graph: the first frees it", fix)
+
+
+def _called_again(stmt, scope, owner) -> str | None:
+    """A module that made `stmt`'s value (there or in what it was computed from) and that
+    `owner` calls again."""
+    made_by = [stmt.value] + [a.value for a in dataflow.ancestors(stmt.value, scope, stmt.lineno)
+                              if a.value is not None and a.line < owner.lineno]
+    before = [name for value in made_by for name in sorted(dataflow.modules_called(value, scope, stmt.lineno))]
+    again = {name for node in owner.body for name in dataflow.modules_called(node, scope, owner.end_lineno)}
+    return next((name for name in before if name in again), None)
 
 
 def _before_loops(module) -> Iterator[Diagnostic]:
