@@ -27,6 +27,10 @@ for x, y in batches:
     loss = ((x @ w_hat - y) ** 2).mean()
     loss.backward()
 ```
+When the loop calls the model that made the value again, the value is a snapshot of that model's
+output before the updates (PPO's `old_log_probs`), and the fix keeps it detached instead:
+`old_log_probs = dist.log_prob(actions).detach()`. Recomputing it in the loop would make it equal
+to the fresh output.
 """
 from __future__ import annotations
 
