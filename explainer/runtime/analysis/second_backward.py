@@ -246,8 +246,10 @@ def _direct(ctx, candidate, previous, between, failing, source, scope, others=()
         return role, summary, detail, fixes, advice
     if between:
         last_step = max(between, key=lambda s: s.tick)
+        # A few more tensors shared the same way (peers' outputs); each costs a walk of its graph.
         shared = [candidate] + [c for c in others if c.relation == "direct" and c.located is not None
-                                and c.located.source is located.source and c.located.scope is located.scope]
+                                and c.located.source is located.source
+                                and c.located.scope is located.scope][:_MORE_SHARED]
         detach, first_update = _detach_for_each_update(ctx, shared, previous, between, last_step, failing, source)
         if detach is not None:
             fixes.append(detach)
@@ -271,6 +273,9 @@ def _direct(ctx, candidate, previous, between, failing, source, scope, others=()
                   "between the two backward calls), but summing the losses and calling "
                   "backward once is faster and frees the graph.")
     return role, summary, detail, fixes, advice
+
+
+_MORE_SHARED = 3
 
 
 def _detach_for_each_update(ctx, shared: list[Candidate], previous, between, last_step, failing, source):
