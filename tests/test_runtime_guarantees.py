@@ -74,6 +74,23 @@ def test_the_frames_added_are_hidden_from_tracebacks(installed):
     assert len(added) == 2 and all(f.f_locals.get("__tracebackhide__") is True for f in added)
 
 
+def test_an_analysis_that_cannot_be_imported_is_one_short_line(installed, monkeypatch):
+    """The analysis modules load on the first error; if they cannot (a broken install), the
+    user's error still stands, with one line saying why it is not explained."""
+    import explainer.runtime
+
+    explainer.uninstall()
+    plain = capture(carried_state_error)
+    explainer.install()
+    monkeypatch.delattr(explainer.runtime, "analysis")
+    monkeypatch.setitem(sys.modules, "explainer.runtime.analysis", None)
+    error = capture(carried_state_error)
+    assert (type(error), error.args) == (type(plain), plain.args)
+    assert error.__context__ is None and user_frames(error) == user_frames(plain)
+    notes = getattr(error, "__notes__", [])
+    assert len(notes) == 1 and notes[0].startswith("[explainer] could not explain this error (ModuleNotFoundError")
+
+
 @pytest.mark.parametrize("stage", [
     "explainer.runtime.graph.walk",
     "explainer.runtime.naming.bindings",

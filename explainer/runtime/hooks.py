@@ -256,9 +256,14 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
 
 
 def _explain_into(error: RuntimeError, call: tuple, roots, caller) -> None:
-    # Imported on the first error only: keeps `import explainer` and `install()` cheap.
-    from . import analysis
-
+    # Imported on the first error only: keeps `import explainer` and `install()` cheap. A failure
+    # to import (a broken install) must not replace the user's error, as nothing after it may.
+    try:
+        from . import analysis
+    except Exception as internal:  # noqa: BLE001
+        error.add_note(f"[explainer] could not explain this error ({type(internal).__name__}: "
+                       f"{internal}); the error above is PyTorch's own.")
+        return
     analysis.explain_and_note(error, _as_call(call), roots, caller, recent_calls(), recent_steps())
 
 
@@ -268,8 +273,10 @@ def _check_growth(call: tuple, roots, caller) -> None:
     if done >= _GROWTH_CHECKS_PER_SITE:
         return
     _growth_checks[site] = done + 1
-    from . import analysis
-
+    try:
+        from . import analysis
+    except Exception:  # noqa: BLE001 - a broken install must not stop the user's backward
+        return
     if analysis.warn_if_graph_grows(_as_call(call), roots, caller, recent_calls(), recent_steps()):
         _growth_checks[site] = _GROWTH_CHECKS_PER_SITE
 
