@@ -321,6 +321,35 @@ PATTERNS = {
             opt.step()
     """),
     "PPO's old log-probabilities computed once": ("second-backward", "old_log_probs", PPO),
+    "nn.ReLU(inplace=True) after a sigmoid, in a model's forward": ("inplace-modified", "self.act", """
+        import torch
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 8)
+                self.act = torch.nn.ReLU(inplace=True)  # culprit
+
+            def forward(self, x):
+                return self.act(torch.sigmoid(self.fc(x)))
+
+        Block()(torch.randn(4, 8)).sum().backward()
+    """),
+    "a residual added in place in a model's forward": ("inplace-modified", "out", """
+        import torch
+
+        class Residual(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                out = torch.tanh(self.fc(x))
+                out += x  # culprit
+                return out
+
+        Residual()(torch.randn(4, 8)).pow(2).sum().backward()
+    """),
     "targets made once from a tensor that requires grad": ("second-backward", "Y", """
         import torch
 

@@ -15,6 +15,7 @@ from ..errors import InplaceDetail
 from ..hooks import StepCall
 from .advice import RETAIN_GRAPH_AFTER_STEP
 from .context import Candidate, Located, _call_in, _reaching, class_source
+from .inplace_in_module import explain_inplace_in_module
 
 
 def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
@@ -30,7 +31,8 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
     step = _step_for(steps, parameter)
     source, scope, failing = ctx.failing_statement()
     if step is None and parameter is None:
-        changed = _changed_by_user(ctx, source, scope, failing, failing_key, detail)
+        changed = _changed_by_user(ctx, source, scope, failing, failing_key, detail) \
+            or explain_inplace_in_module(ctx, full, failing_key, detail)
         if changed is not None:
             return changed
     elif step is None:

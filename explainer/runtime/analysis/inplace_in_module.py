@@ -1,0 +1,124 @@
+"""inplace-modified inside a model's forward: `nn.ReLU(inplace=True)` or `out += x` overwrote a
+tensor that an earlier operation saved for the backward. The frames of `forward` are gone by
+the time the backward fails, so the graph says which operation wrote in place (the node that
+consumes the one whose saved tensor changed) and the model's classes say where."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+from ... import source as src
+from ...fixes import out_of_place
+from ...fixes.edits import node_start, replace
+from ...model import Culprit, Finding, Fix
+from .. import naming
+from ..errors import InplaceDetail
+from .context import class_source
+
+_AUGMENTED = {"add": ast.Add, "sub": ast.Sub, "mul": ast.Mult, "div": ast.Div, "pow": ast.Pow}
+_MAX_CLASSES = 32
+
+
+def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: InplaceDetail | None) -> Finding | None:
+    if failing_key is None:
+        return None
+    saver = _operation(walk.nodes[failing_key])
+    writers = {_operation(walk.nodes[key]) for key in walk.consumers.get(failing_key, ())}
+    writers.discard(None)
+    if not writers:
+        return None
+    for source, stmt, node in _writes_in_model_classes(ctx, writers):
+        return _finding(ctx, source, stmt, node, saver, detail)
+    return None
+
+
+def _operation(node) -> str | None:
+    """`relu` for ReluBackward0, `leaky_relu` for LeakyReluBackward1."""
+    match = re.fullmatch(r"(\w+?)Backward\d*", type(node).__name__)
+    if match is None:
+        return None
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower()
+
+
+def _model_classes(ctx):
+    """The user's nn.Module classes: those of the models in the frames (and their submodules),
+    then the classes with a `forward` in the frames' own files (a model used without a name)."""
+    seen: set[int] = set()
+    for _, module, _ in naming.module_bindings(ctx.frames):
+        for sub in module.modules():
+            if type(sub).__module__.startswith("torch"):
+                continue
+            source, class_node = class_source(sub)
+            if class_node is not None and id(class_node) not in seen:
+                seen.add(id(class_node))
+                yield source, class_node
+            if len(seen) >= _MAX_CLASSES:
+                return
+    for filename in dict.fromkeys(frame.f_code.co_filename for frame in ctx.frames):
+        source = src.load(filename)
+        for node in src.all_nodes(source.tree) if source is not None else ():
+            if isinstance(node, ast.ClassDef) and id(node) not in seen and any(
+                    isinstance(m, ast.FunctionDef) and m.name == "forward" for m in node.body):
+                seen.add(id(node))
+                yield source, node
+
+
+def _writes_in_model_classes(ctx, writers: set[str]):
+    """(source, statement, node) for each in-place write in those classes that one of `writers`
+    could be: `out += x` (add), `h.relu_()`, `nn.ReLU(inplace=True)` / `F.relu(x, inplace=True)`."""
+    for source, class_node in _model_classes(ctx):
+        for node in src.all_nodes(class_node):
+            if isinstance(node, ast.AugAssign) and any(isinstance(node.op, _AUGMENTED.get(w, ())) for w in writers):
+                yield source, node, node
+            elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+                name = src.canonical(node.func).split(".")[-1]
+                flag = next((k for k in node.keywords if k.arg == "inplace"
+                             and isinstance(k.value, ast.Constant) and k.value.value is True), None)
+                if flag is not None and _same_operation(name, writers):
+                    yield source, src.statement_of(node), flag
+                elif name.endswith("_") and not name.endswith("__") and name[:-1] in writers \
+                        and isinstance(node.func, ast.Attribute):
+                    yield source, src.statement_of(node), node
+
+
+def _same_operation(name: str, writers: set[str]) -> bool:
+    """`ReLU` / `relu` for relu, `LeakyReLU` for leaky_relu, `Dropout` for dropout."""
+    flat = name.lower().replace("_", "")
+    return any(flat == w.replace("_", "") for w in writers)
+
+
+def _finding(ctx, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail) -> Finding:
+    code = source.segment(stmt)
+    where = f"{os.path.basename(source.filename)}:{stmt.lineno}"
+    saved = f"`{saver}`" if saver else "an earlier operation"
+    if isinstance(node, ast.keyword):
+        call = src.parent(node)
+        # `self.act = nn.ReLU(inplace=True)`: the module is known by the attribute it is kept in.
+        targets = src.targets_of(stmt) if src.value_of(stmt) is call else []
+        name = source.segment(targets[0]) if len(targets) == 1 else source.segment(call.func)
+        fix = Fix(f"Pass `inplace=False` to `{source.segment(call.func)}`: it overwrites its input, "
+                  f"which {saved} saved for the backward", (replace(source, node.value, "False"),))
+        how = f"`{code}` ({where}) makes an operation that overwrites its input"
+    else:
+        target = node.target if isinstance(node, ast.AugAssign) else node.func.value
+        name = source.segment(target)
+        fix = out_of_place.out_of_place(source, stmt, name)
+        how = f"`{code}` ({where}) changes `{name}` in place"
+    message = (f"{how}, but {saved} saved that tensor for the backward (line {ctx.call.row}). The "
+               f"graph saved version {detail.expected_version if detail else '?'}, and it is now at "
+               f"version {detail.version if detail else '?'}. Fix: {fix.message}.")
+    culprit = Culprit(name, source.filename, node_start(source, node), f"changed in place after {saved} saved it",
+                      source.line(stmt.lineno).strip())
+    return Finding(
+        kind="inplace-modified", severity="error",
+        summary=f"`{name}` changed a tensor in place that {saved} saved for the backward.",
+        message=message, culprits=[culprit], fixes=[fix],
+        backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
+        retain_graph_advice="retain_graph has nothing to do with this error: the graph still exists, "
+                            "but a value it saved was overwritten.",
+        confidence="likely",
+    )
+
+
+
