@@ -302,7 +302,8 @@ class Context:
 
     def lookup(self, expression: str, filename: str):
         """The value of a dotted name (`opt_d`, `self.optimizer`) in the innermost user frame
-        running `filename`; None if it cannot be read without running anything but getattr."""
+        running `filename`; None if it is not there or reading an attribute fails (a property
+        of the user's may raise anything)."""
         parts = expression.split(".")
         if not all(part.isidentifier() for part in parts):
             return None
@@ -314,7 +315,10 @@ class Context:
                 return None
             value = scope[parts[0]]
             for part in parts[1:]:
-                value = getattr(value, part, None)
+                try:
+                    value = getattr(value, part, None)
+                except Exception:  # noqa: BLE001
+                    return None
             return value
         return None
 
