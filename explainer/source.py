@@ -305,6 +305,16 @@ def statement_of(node: ast.AST) -> ast.stmt:
     return node
 
 
+def enclosing_block(stmt: ast.stmt) -> list[ast.stmt]:
+    """The statement list that holds `stmt` (its parent's body, orelse or finalbody)."""
+    owner = parent(stmt)
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(owner, field, None)
+        if isinstance(block, list) and any(s is stmt for s in block):
+            return block
+    return []
+
+
 def statements_at(scope: ast.AST, row: int) -> list[ast.stmt]:
     found = [n for n in ast.walk(scope) if isinstance(n, ast.stmt)
              and n.lineno <= row <= (n.end_lineno or n.lineno)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, parent
+from ..source import Source, enclosing_block
 from .edits import delete_lines, replace
 
 
@@ -16,8 +16,6 @@ def remove_call(source: Source, stmt: ast.stmt, receiver: ast.expr) -> Fix | Non
     code = source.segment(stmt)
     why = (f"Remove `{code}`: `{source.segment(receiver)}` was already back-propagated, and a second "
            f"pass would add its gradients again")
-    block = next((getattr(parent(stmt), f) for f in ("body", "orelse", "finalbody")
-                  if any(s is stmt for s in getattr(parent(stmt), f, []) or [])), [])
-    if len(block) == 1:
+    if len(enclosing_block(stmt)) == 1:
         return Fix(why, (replace(source, stmt, "pass"),))
     return Fix(why, (delete_lines(source, stmt),))

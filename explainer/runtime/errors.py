@@ -37,6 +37,12 @@ class InplaceDetail:
     expected_version: int
 
 
+def versions_sentence(detail: InplaceDetail | None) -> str:
+    """"The graph saved version 0, and it is now at version 1." ('?' where the message had none)."""
+    expected = detail.expected_version if detail else "?"
+    return f"The graph saved version {expected}, and it is now at version {detail.version if detail else '?'}."
+
+
 def inplace_detail(error: BaseException) -> InplaceDetail | None:
     match = _INPLACE_DETAIL.search(str(error))
     if not match:

@@ -5,6 +5,10 @@ RETAIN_GRAPH_GROWS = (
     "backward goes through all of them (time and memory grow every iteration), and after "
     "optimizer.step() the old graph fails with 'modified by an inplace operation'."
 )
+RETAIN_GRAPH_NOT_THE_CAUSE = (
+    "retain_graph has nothing to do with this error: the graph still exists, but a value it "
+    "saved was overwritten."
+)
 RETAIN_GRAPH_AFTER_STEP = (
     "retain_graph=True is wrong here: the optimizer step between the two backward calls changed "
     "weights that the old graph saved, so reusing it raises 'modified by an inplace operation' "

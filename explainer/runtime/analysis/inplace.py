@@ -11,9 +11,9 @@ from ...fixes import graph_options, out_of_place, recompute_forward
 from ...fixes.edits import delete_lines, insert_lines_after, node_start, statement_text
 from ...model import Culprit, Finding, Fix, Location
 from .. import graph, naming
-from ..errors import InplaceDetail
+from ..errors import InplaceDetail, versions_sentence
 from ..hooks import StepCall
-from .advice import RETAIN_GRAPH_AFTER_STEP
+from .advice import RETAIN_GRAPH_AFTER_STEP, RETAIN_GRAPH_NOT_THE_CAUSE
 from .context import Candidate, Located, _call_in, _reaching, class_source
 from .inplace_in_module import explain_inplace_in_module
 
@@ -239,9 +239,7 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
             fix = out_of_place.replace_state(where, change, name)
         code = where.segment(change)
         message = (f"`{name}` was changed in place by `{code}` (line {change.lineno}) after the graph "
-                   f"saved it for this backward (line {ctx.call.row}). The graph saved version "
-                   f"{detail.expected_version if detail else '?'}, and it is now at version "
-                   f"{detail.version if detail else '?'}.")
+                   f"saved it for this backward (line {ctx.call.row}). {versions_sentence(detail)}")
         if fix is not None:
             message += f" Fix: {fix.message}."
         anchor = change.target if isinstance(change, ast.AugAssign) else change
@@ -252,8 +250,7 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
             summary=f"`{name}` was changed in place after the graph saved it.",
             message=message, culprits=[culprit], fixes=[fix] if fix else [],
             backward=ctx.call_site(ctx.call.filename, ctx.call.row),
-            retain_graph_advice="retain_graph has nothing to do with this error: the graph still "
-                                "exists, but a value it saved was overwritten.",
+            retain_graph_advice=RETAIN_GRAPH_NOT_THE_CAUSE,
             confidence="certain" if detail is not None else "likely",
         )
     return None

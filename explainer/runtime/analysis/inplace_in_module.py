@@ -13,7 +13,8 @@ from ...fixes import out_of_place
 from ...fixes.edits import node_start, replace
 from ...model import Culprit, Finding, Fix
 from .. import naming
-from ..errors import InplaceDetail
+from ..errors import InplaceDetail, versions_sentence
+from .advice import RETAIN_GRAPH_NOT_THE_CAUSE
 from .context import class_source
 
 _AUGMENTED = {"add": ast.Add, "sub": ast.Sub, "mul": ast.Mult, "div": ast.Div, "pow": ast.Pow}
@@ -105,9 +106,8 @@ def _finding(ctx, source, stmt: ast.stmt, node: ast.AST, saver: str | None, deta
         name = source.segment(target)
         fix = out_of_place.out_of_place(source, stmt, name)
         how = f"`{code}` ({where}) changes `{name}` in place"
-    message = (f"{how}, but {saved} saved that tensor for the backward (line {ctx.call.row}). The "
-               f"graph saved version {detail.expected_version if detail else '?'}, and it is now at "
-               f"version {detail.version if detail else '?'}. Fix: {fix.message}.")
+    message = (f"{how}, but {saved} saved that tensor for the backward (line {ctx.call.row}). "
+               f"{versions_sentence(detail)} Fix: {fix.message}.")
     culprit = Culprit(name, source.filename, node_start(source, node), f"changed in place after {saved} saved it",
                       source.line(stmt.lineno).strip())
     return Finding(
@@ -115,10 +115,6 @@ def _finding(ctx, source, stmt: ast.stmt, node: ast.AST, saver: str | None, deta
         summary=f"`{name}` changed a tensor in place that {saved} saved for the backward.",
         message=message, culprits=[culprit], fixes=[fix],
         backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
-        retain_graph_advice="retain_graph has nothing to do with this error: the graph still exists, "
-                            "but a value it saved was overwritten.",
+        retain_graph_advice=RETAIN_GRAPH_NOT_THE_CAUSE,
         confidence="likely",
     )
-
-
-

@@ -328,12 +328,9 @@ def _overlaps(edits, more) -> bool:
 def _step_after(ctx, source, failing) -> tuple[str, object] | None:
     """The optimizer whose `step()` follows the failing backward in the same block: the update
     this backward's gradients are for."""
-    block = src.parent(failing)
-    body = next((b for b in (getattr(block, f, None) for f in ("body", "orelse", "finalbody"))
-                 if isinstance(b, list) and any(s is failing for s in b)), None)
-    if body is None:
-        return None
-    for stmt in body[next(i for i, s in enumerate(body) if s is failing) + 1:]:
+    body = src.enclosing_block(failing)
+    after = next((i + 1 for i, s in enumerate(body) if s is failing), len(body))
+    for stmt in body[after:]:
         receiver = src.call_receiver(stmt, "step")
         if receiver is None:
             continue
@@ -575,7 +572,7 @@ def _untrained_leaves(ctx, candidate: Candidate) -> str | None:
     grad_fn = candidate.binding.value.grad_fn
     if not trained or grad_fn is None:
         return None
-    leaves = [graph.leaf_variable(n) for n in graph.walk([grad_fn]).nodes.values() if graph.is_leaf(n)]
+    leaves = _leaves_under(grad_fn)
     if not leaves or any(id(leaf) in trained for leaf in leaves):
         return None
     names = {id(b.value): b.expression for b in ctx.bindings()}
@@ -585,11 +582,16 @@ def _untrained_leaves(ctx, candidate: Candidate) -> str | None:
     return f"{len(leaves)} tensor{'s' if len(leaves) > 1 else ''}"
 
 
-def _parameters_under(grad_fn) -> set[int]:
+def _leaves_under(grad_fn) -> list:
+    """The leaf tensors (parameters, inputs that require grad) a tensor's history reaches."""
     if grad_fn is None:
-        return set()
-    result = graph.walk([grad_fn])
-    return {id(graph.leaf_variable(n)) for n in result.nodes.values() if graph.is_leaf(n)}
+        return []
+    return [graph.leaf_variable(n) for n in graph.walk([grad_fn]).nodes.values() if graph.is_leaf(n)]
+
+
+def _parameters_under(grad_fn) -> set[int]:
+    return {id(leaf) for leaf in _leaves_under(grad_fn)}
+
 
 def _optimizer_parameters(steps) -> set[int]:
     ids = set()
