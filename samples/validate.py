@@ -1,6 +1,6 @@
 """Run every sample through `python -m explainer run` and print a table.
 
-    python samples/validate.py --device cpu|cuda [--write-readme]
+    python samples/validate.py --device cpu|cuda [--write-readme] [--jobs N]
 
 For each buggy sample: the explained kind, culprit and line against the sample's header, and
 whether applying `fixes[0]` makes the script run clean; for each fixed twin and clean scenario:
@@ -9,6 +9,7 @@ that it runs clean. --write-readme puts the table into samples/README.md with de
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
@@ -66,7 +67,8 @@ def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
         twin_code, twin_findings, _ = explain(sample.fixed, device, workdir)
         twin_ok = twin_code == 0 and not twin_findings
     row.update(fix0_runs_clean=fixed_ok, twin_runs_clean=twin_ok)
-    row["ok"] = (row["kind"], row["culprit"], row["line"]) == (sample.kind, sample.culprit, sample.culprit_row) \
+    expected = (sample.kind, sample.culprit_on(device), sample.culprit_row)
+    row["ok"] = (row["kind"], row["culprit"], row["line"]) == expected \
         and fixed_ok and twin_ok is not False
     return row
 
@@ -86,6 +88,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--write-readme", action="store_true")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="samples checked at once (each check runs its own processes)")
     options = parser.parse_args()
     if options.device == "cuda":
         import torch
@@ -93,11 +97,14 @@ def main() -> int:
         if not torch.cuda.is_available():
             print("validate: --device cuda, but CUDA is not available here", file=sys.stderr)
             return 2
-    with tempfile.TemporaryDirectory() as folder:
-        rows = []
-        for sample in manifest.samples():
-            rows.append(check(sample, options.device, Path(folder)))
-            print(f"{'ok ' if rows[-1]['ok'] else 'BAD'} {sample.name}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as folder, \
+            concurrent.futures.ThreadPoolExecutor(max(1, options.jobs)) as pool:
+        def check_and_report(sample: manifest.Sample) -> dict:
+            row = check(sample, options.device, Path(folder))
+            print(f"{'ok ' if row['ok'] else 'BAD'} {sample.name}", file=sys.stderr, flush=True)
+            return row
+
+        rows = list(pool.map(check_and_report, manifest.samples()))
     rendered = table(rows)
     print(rendered)
     if options.write_readme:
