@@ -1,5 +1,6 @@
 # expect-kind: inplace-modified
 # expect-culprit: gru.weight_hh_l0_reverse
+# expect-culprit-cuda: gru.weight_ih_l0
 import torch
 from _device import DEVICE
 

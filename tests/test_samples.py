@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 import manifest
+from _device import DEVICE
 from explainer.fixes.edits import apply_edits
 from explainer.model import edits_from_json
 
@@ -30,7 +31,7 @@ def test_buggy_sample_is_explained_and_fixes_0_runs_clean(sample, explain_run, t
     finding = run.findings[0]
     assert finding["kind"] == sample.kind
     culprit = finding["culprits"][0]
-    assert culprit["name"] == sample.culprit
+    assert culprit["name"] == sample.culprit_on(DEVICE.type)
     assert culprit["location"]["row"] == sample.culprit_row
     assert culprit["filename"] == str(sample.path)
     assert "[explainer]" in run.stderr
