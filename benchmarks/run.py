@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/run.py --quick             # under a minute
     .venv/bin/python benchmarks/run.py --profile           # also cProfile the largest graphs
     .venv/bin/python benchmarks/run.py --only synthetic    # one part (repeatable)
+    python benchmarks/run.py --device cuda --only overhead --only samples   # on a GPU
 
 Three parts (see benchmarks/README.md):
 
@@ -211,6 +212,10 @@ def fmt(value, digits: int = 3, suffix: str = "") -> str:
 # ---------------------------------------------------------------------------------------------
 # 1. Hook overhead on training loops
 
+# Where the loops' tensors live (--device). On CUDA a block's time includes waiting for its
+# kernels, so the hook's CPU-side cost is measured against the step's real duration.
+LOOP_DEVICE = torch.device("cpu")
+
 
 def mlp_loop():
     torch.manual_seed(0)
@@ -218,9 +223,9 @@ def mlp_loop():
         torch.nn.Linear(784, 256), torch.nn.ReLU(),
         torch.nn.Linear(256, 128), torch.nn.ReLU(),
         torch.nn.Linear(128, 10),
-    )
+    ).to(LOOP_DEVICE)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = torch.randn(64, 784), torch.randint(0, 10, (64,))
+    x, y = torch.randn(64, 784, device=LOOP_DEVICE), torch.randint(0, 10, (64,), device=LOOP_DEVICE)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -233,10 +238,10 @@ def mlp_loop():
 
 def gru_loop():
     torch.manual_seed(0)
-    gru = torch.nn.GRU(32, 64, batch_first=True)
-    head = torch.nn.Linear(64, 1)
+    gru = torch.nn.GRU(32, 64, batch_first=True).to(LOOP_DEVICE)
+    head = torch.nn.Linear(64, 1).to(LOOP_DEVICE)
     optimizer = torch.optim.SGD([*gru.parameters(), *head.parameters()], lr=0.01)
-    x, y = torch.randn(16, 20, 32), torch.randn(16, 1)
+    x, y = torch.randn(16, 20, 32, device=LOOP_DEVICE), torch.randn(16, 1, device=LOOP_DEVICE)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -250,9 +255,9 @@ def gru_loop():
 
 def small_op_loop():
     torch.manual_seed(0)
-    weight = torch.randn(16, requires_grad=True)
+    weight = torch.randn(16, device=LOOP_DEVICE, requires_grad=True)
     optimizer = torch.optim.SGD([weight], lr=0.001)
-    target = torch.randn(16)
+    target = torch.randn(16, device=LOOP_DEVICE)
 
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -267,7 +272,7 @@ def small_op_loop():
 
 
 def micro_backward_loop():
-    weight = torch.randn(1, requires_grad=True)
+    weight = torch.randn(1, device=LOOP_DEVICE, requires_grad=True)
 
     def step():
         (weight * 2.0).sum().backward()
@@ -276,8 +281,8 @@ def micro_backward_loop():
 
 
 def micro_step_loop():
-    weight = torch.randn(1, requires_grad=True)
-    weight.grad = torch.zeros(1)
+    weight = torch.randn(1, device=LOOP_DEVICE, requires_grad=True)
+    weight.grad = torch.zeros(1, device=LOOP_DEVICE)
     optimizer = torch.optim.SGD([weight], lr=0.0)
 
     def step():
@@ -299,6 +304,11 @@ MICRO_LOOPS = {
 VARIANTS = ("none", "none2", "hook", "anomaly")  # none2: a second no-hook block (A/A control)
 
 
+def synchronize() -> None:
+    if LOOP_DEVICE.type == "cuda":
+        torch.cuda.synchronize(LOOP_DEVICE)
+
+
 def run_block(step, steps: int, variant: str) -> float:
     """Seconds per step over one block of `steps` steps."""
     gc.collect()
@@ -307,9 +317,11 @@ def run_block(step, steps: int, variant: str) -> float:
     try:
         context = torch.autograd.detect_anomaly() if variant == "anomaly" else contextlib.nullcontext()
         with context:
+            synchronize()
             started = perf_counter()
             for _ in range(steps):
                 step()
+            synchronize()
             elapsed = perf_counter() - started
     finally:
         if variant == "hook":
@@ -752,6 +764,9 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1: on a small shared machine, "
                              "2 spinning OpenMP threads make step times jump by 10x)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the overhead part's training loops run (cpu, cuda); the samples "
+                             "run where samples/_device.py puts them, on CUDA when there is a GPU")
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json", help="where to write the JSON blob")
     parser.add_argument("--_cold-sample", dest="cold_sample", help=argparse.SUPPRESS)
     parser.add_argument("--_deep-free", dest="deep_free", type=int, help=argparse.SUPPRESS)
@@ -759,6 +774,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    global LOOP_DEVICE
+    LOOP_DEVICE = torch.device(args.device)
+    if LOOP_DEVICE.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda, but CUDA is not available here")
     warnings.filterwarnings("ignore", message="Anomaly Detection has been enabled")
     if args.cold_sample:
         _cold_main(args.cold_sample)
@@ -783,6 +802,8 @@ def main(argv=None) -> int:
             "platform": platform.platform(),
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
+            "overhead_device": str(LOOP_DEVICE),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "config": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()}) for k, v in config.items()},
