@@ -406,11 +406,94 @@ CORRECT_CODE = {
             loss = loss_fn(model(x), y)
             loss.backward()
     """,
+    # The cases below are from tutorials the checker once flagged wrongly.
+    "hidden state detached through .data": """
+        rnn = nn.RNN(1, 32, batch_first=True)
+        h_state = None
+        for x, y in batches:
+            prediction, h_state = rnn(x, h_state)
+            h_state = h_state.data
+            loss = loss_fn(prediction, y)
+            loss.backward()
+    """,
+    "validation forward after the training loop": """
+        model = nn.Linear(4, 2)
+        for epoch in range(3):
+            for data, target in train_loader:
+                optimizer.zero_grad()
+                output = model(data)
+                loss = criterion(output, target)
+                loss.backward()
+                optimizer.step()
+            for data, target in valid_loader:
+                output = model(data)
+                valid_loss = criterion(output, target).item()
+    """,
+    "last batch's samples reshaped for saving": """
+        G = nn.Linear(8, 784)
+        for epoch in range(3):
+            for z in loader:
+                fake_images = G(z)
+                g_loss = criterion(D(fake_images), real_labels)
+                g_loss.backward()
+                g_optimizer.step()
+            fake_images = fake_images.reshape(fake_images.size(0), 1, 28, 28)
+            save_image(fake_images, "fake.png")
+    """,
+    "a copy for display, re-assigned from itself": """
+        target = content.clone().requires_grad_(True)
+        optimizer = torch.optim.Adam([target], lr=0.003)
+        for step in range(100):
+            loss = content_loss(vgg(target), content_features)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step % 10 == 0:
+                img = target.clone().squeeze()
+                img = denorm(img).clamp_(0, 1)
+                save_image(img, "out.png")
+    """,
+    "evaluation outputs re-assigned from themselves": """
+        model = SkipGram(100, 30)
+        for inputs, targets in batches:
+            loss = criterion(model(inputs), targets)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if steps % 500 == 0:
+                valid_examples, valid_similarities = cosine_similarity(model.embed)
+                _, closest_idxs = valid_similarities.topk(6)
+                valid_examples, closest_idxs = valid_examples.to("cpu"), closest_idxs.to("cpu")
+    """,
+    "the optimized image, made once as a leaf and moved": """
+        target = content.clone().requires_grad_(True).to(device)
+        optimizer = torch.optim.Adam([target], lr=0.003)
+        for step in range(100):
+            features = get_features(target, vgg)
+            loss = torch.mean((features - content_features) ** 2)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """,
 }
 
 
 # Variants the samples don't show: (code, snippet). The fix must silence the code.
 BUGGY_CODE = {
+    "a GAN written before PyTorch 0.4, with retain_variables": ("BX007", """
+        G, D = nn.Linear(5, 15), nn.Sequential(nn.Linear(15, 1), nn.Sigmoid())
+        for step in range(100):
+            fake = G(torch.randn(64, 5))
+            prob_fake = D(fake)
+            D_loss = -torch.mean(torch.log(D(real)) + torch.log(1. - prob_fake))
+            G_loss = torch.mean(torch.log(1. - prob_fake))
+            opt_D.zero_grad()
+            D_loss.backward(retain_variables=True)
+            opt_D.step()
+            opt_G.zero_grad()
+            G_loss.backward()
+            opt_G.step()
+    """),
     "PPO's old log-probabilities computed once, with history": ("BX004", """
         policy = nn.Linear(4, 3)
         dist = torch.distributions.Categorical(logits=policy(states))
@@ -569,6 +652,14 @@ BUGGY_CODE = {
             loss.backward()
     """),
 }
+
+
+def test_the_pre_0_4_retain_variables_is_dropped_with_the_stale_graph():
+    code, text = BUGGY_CODE["a GAN written before PyTorch 0.4, with retain_variables"]
+    (found,) = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
+    patched = apply_edits(textwrap.dedent(text), found.fix.edits)
+    assert "retain_variables" not in patched and "D_loss.backward()" in patched
+    assert patched.count("prob_fake = D(fake)") == 2
 
 
 @pytest.mark.parametrize("name", sorted(BUGGY_CODE))

@@ -173,7 +173,7 @@ class Backward:
 
     def frees_graph(self) -> bool:
         """Neither retain_graph nor create_graph is passed, or both are a literal False."""
-        for name in ("retain_graph", "create_graph"):
+        for name in _KEEPS_GRAPH:
             keyword = self.keyword(name)
             if keyword is not None and not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False):
                 return False
@@ -183,7 +183,12 @@ class Backward:
     def retains_graph(self) -> bool:
         """retain_graph=True or create_graph=True, literally."""
         return any(isinstance(k.value, ast.Constant) and k.value.value is True
-                   for k in self.call.keywords if k.arg in ("retain_graph", "create_graph"))
+                   for k in self.call.keywords if k.arg in _KEEPS_GRAPH)
+
+
+# `retain_variables` is retain_graph's name before PyTorch 0.4, still in old tutorials: the
+# author meant to keep the graph, and the bug to report is what happens after that.
+_KEEPS_GRAPH = ("retain_graph", "create_graph", "retain_variables")
 
 
 def backward_calls(scope: ast.AST) -> tuple[Backward, ...]:

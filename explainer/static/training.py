@@ -128,8 +128,8 @@ def live_reads(node: ast.AST, expression: str) -> list[ast.expr]:
     for read in src.reads(node, expression):
         cut = False
         for ancestor in src.ancestors(read):
-            if isinstance(ancestor, ast.Call) and cuts_history(ancestor):
-                cut = True
+            if isinstance(ancestor, (ast.Call, ast.Attribute)) and cuts_history(ancestor):
+                cut = True  # `x.detach()`, `x.item()`, `x.data`
             if isinstance(ancestor, (ast.GeneratorExp, ast.ListComp)) and cuts_history(ancestor.elt):
                 cut = True
             if ancestor is node or cut:
@@ -279,6 +279,25 @@ def operand_reads(node: ast.AST, expression: str) -> list[ast.expr]:
             continue
         found.append(read)
     return found
+
+
+def sees_previous_pass(read: ast.expr, expression: str, loop: ast.AST) -> bool:
+    """Whether `read` of `expression`, inside `loop`, may see the value the previous pass left:
+    no earlier statement on its way up to the loop re-binds the name first (`output =
+    model(data)` just above `criterion(output, target)` hides the last pass's `output`)."""
+    statement = next((a for a in src.ancestors(read) if isinstance(a, ast.stmt)), None) \
+        if not isinstance(read, ast.stmt) else read
+    while statement is not None and statement is not loop:
+        for earlier in src.enclosing_block(statement):
+            if earlier is statement:
+                break
+            if isinstance(earlier, (ast.Assign, ast.AnnAssign)) and earlier.value is not None and any(
+                    src.canonical(t) == expression for t in src.targets_of(earlier)):
+                return False
+        statement = src.parent(statement)
+        if not isinstance(statement, ast.stmt):
+            return True  # `read` is not inside `loop`
+    return True
 
 
 def backward_roots(body_owner: ast.AST) -> list[tuple[ast.Call, ast.expr]]:

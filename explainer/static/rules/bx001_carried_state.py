@@ -7,7 +7,10 @@ module) inside a loop that calls `backward()` (or in a module method), when noth
 Also flags the same state kept through another name: `new_h = cell(x, h)` ... `h = new_h`, and
 a value with history kept for the next iteration's loss: `prev_loss = loss` after the backward,
 read by the next iteration's objective. A value re-assigned after the backward
-(`history = torch.cat([history, pred])`) is fixed by detaching the whole new value.
+(`history = torch.cat([history, pred])`) is fixed by detaching the whole new value. Only state
+that the loop's backward goes through counts: a copy kept for display or evaluation outputs are
+left alone, and so is a name the pass re-binds (`output = model(data)`) before reading it.
+`h = h.data` detaches, like `h = h.detach()`.
 
 ## Why is this bad?
 The new value's history includes the old one, so each iteration's graph is linked to the previous
@@ -51,6 +54,7 @@ from ..training import (
     live_reads,
     operand_reads,
     reset_before,
+    sees_previous_pass,
     training_loops,
     under_no_grad,
 )
@@ -83,6 +87,8 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagn
             if loop is not None:
                 yield from _carried_through_a_name(module, stmt, target, expression, scope, loop)
             continue
+        if loop is not None and not _reaches_a_later_backward(loop, expression):
+            continue
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp) and loop is not None \
                 and _is_running_total(stmt, expression):
             continue  # BX002's business
@@ -108,6 +114,8 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
         return
     if not has_history(made_from_old.value, scope, made_from_old.line, ignore=expression):
         return
+    if not _reaches_a_later_backward(loop, expression):
+        return
     if detached_in(loop, expression) or reset_before(loop, made_from_old.stmt, expression):
         return
     text = module.source.segment(target)
@@ -125,7 +133,7 @@ def _kept_for_the_next_pass(module, stmt, target, expression, scope, loop) -> It
     previous pass's `prev_loss`: the kept value's graph is freed before the next pass uses it."""
     if not has_history(stmt.value, scope, stmt.lineno, strict=True):
         return
-    if not flows_into_backward(loop, expression, reads=_live_operand_reads):
+    if not backward_roots(loop) or not _reaches_a_later_backward(loop, expression):
         return
     if detached_in(loop, expression) or reset_before(loop, stmt, expression):
         return
@@ -137,9 +145,19 @@ def _kept_for_the_next_pass(module, stmt, target, expression, scope, loop) -> It
         detach_carried.keep_detached(module.source, expression, stmt, False))
 
 
-def _live_operand_reads(node, expression):
-    live = {id(read) for read in live_reads(node, expression)}
-    return [read for read in operand_reads(node, expression) if id(read) in live]
+def _reaches_a_later_backward(loop, expression) -> bool:
+    """Whether a backward of `loop` goes through the value `expression` kept from the previous
+    pass (read as an operand, not cut, before the pass re-binds it). A loop whose backward runs
+    in a helper shows no roots here and is given the benefit of the doubt."""
+    if not backward_roots(loop):
+        return True
+
+    def carried_reads(node, name):
+        live = {id(read) for read in live_reads(node, name)}
+        return [read for read in operand_reads(node, name)
+                if id(read) in live and sees_previous_pass(read, name, loop)]
+
+    return flows_into_backward(loop, expression, reads=carried_reads)
 
 
 def _is_running_total(stmt, expression) -> bool:

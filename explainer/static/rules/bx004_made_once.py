@@ -46,7 +46,7 @@ from ..training import (
     flows_into_backward,
     has_history,
     is_backward_call,
-    is_leaf_creation,
+    is_leaf_like,
     operand_reads,
     training_loops,
     under_no_grad,
@@ -145,7 +145,7 @@ def _in_init(module) -> Iterator[Diagnostic]:
 
 def _derived_from_parameters(value, scope, before) -> bool:
     """Computed (not created) from parameters or modules, as far as `scope` shows."""
-    return not is_leaf_creation(value) and has_history(value, scope, before, strict=True)
+    return not is_leaf_like(value) and has_history(value, scope, before, strict=True)
 
 
 def _calls_backward(function) -> bool:

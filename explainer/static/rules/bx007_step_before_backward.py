@@ -114,7 +114,9 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         f"a graph built with the updated weights")
     retaining = [c for c in calls if c.line < step.line and same_pass(stale.stmt, c.call) and c.retains_graph()]
     if fix is not None and retaining:
-        drop = graph_options.drop_keyword(source, retaining[-1].call, "retain_graph")
+        keyword = next((k.arg for k in retaining[-1].call.keywords if k.arg in ("retain_graph", "retain_variables")),
+                       "retain_graph")
+        drop = graph_options.drop_keyword(source, retaining[-1].call, keyword)
         if drop is not None:
-            fix = Fix(fix.message + ", without retain_graph=True", fix.edits + (drop,))
+            fix = Fix(fix.message + f", without {keyword}=True", fix.edits + (drop,))
     return module.diagnostic(CODE, stale.target, message, fix)
