@@ -394,6 +394,16 @@ class Assignment:
                     return assigned
         return value
 
+    @property
+    def position(self) -> int | None:
+        """Where this target sits in `a, b = f()` (1 for `b`) when the value is not a tuple
+        literal: which element of what `f` returns it gets."""
+        targets = getattr(self.stmt, "targets", ())
+        if len(targets) != 1 or not isinstance(targets[0], ast.Tuple) or isinstance(value_of(self.stmt), ast.Tuple) \
+                or any(isinstance(e, ast.Starred) for e in targets[0].elts):
+            return None
+        return next((i for i, element in enumerate(targets[0].elts) if element is self.target), None)
+
 
 def assignments(scope: ast.AST, expression: str, *, deep: bool = False) -> list[Assignment]:
     """Assignments to `expression` (canonical) in `scope`, in source order. `deep` also looks

@@ -465,6 +465,69 @@ CORRECT_CODE = {
                 _, closest_idxs = valid_similarities.topk(6)
                 valid_examples, closest_idxs = valid_examples.to("cpu"), closest_idxs.to("cpu")
     """,
+    "a helper's loss returned as a number, summed for printing": """
+        rnn = RNN(57, 128, 18)
+
+        def train(category_tensor, line_tensor):
+            output = rnn(line_tensor)
+            loss = criterion(output, category_tensor)
+            loss.backward()
+            optimizer.step()
+            return output, loss.item()
+
+        current_loss = 0
+        for epoch in range(1, 1000):
+            output, loss = train(*random_training_pair())
+            current_loss += loss
+    """,
+    "rewards summed from an environment fed a detached action": """
+        class Policy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 1)
+
+            def forward(self, x):
+                return torch.tanh(self.fc(x))
+
+            def get_action(self, state):
+                return self.forward(torch.FloatTensor(state)).detach().numpy()
+
+        class Noise:
+            def __call__(self):
+                return np.random.normal(size=1)
+
+        policy, noise = Policy(), Noise()
+        for episode in range(100):
+            state, score = env.reset(), 0.0
+            for t in range(200):
+                action = policy.get_action(state) + noise()
+                state, reward, done, _ = env.step(action)
+                score += reward
+            loss = -policy(torch.FloatTensor(state)).mean()
+            loss.backward()
+    """,
+    "an actor's method output weighted by Q-values under no_grad": """
+        class Actor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+
+            def forward(self, x):
+                return self.fc(x)
+
+            def get_action(self, x):
+                probs = torch.softmax(self(x), -1)
+                return probs.argmax(-1), torch.log(probs), probs
+
+        actor = Actor().to(device)
+        for obs in batches:
+            _, log_pi, action_probs = actor.get_action(obs)
+            with torch.no_grad():
+                q_values = qf(obs)
+            actor_loss = (action_probs * (alpha * log_pi - q_values)).mean()
+            actor_loss.backward()
+            actor_optimizer.step()
+    """,
     "the optimized image, made once as a leaf and moved": """
         target = content.clone().requires_grad_(True).to(device)
         optimizer = torch.optim.Adam([target], lr=0.003)

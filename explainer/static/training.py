@@ -184,13 +184,17 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
             return not _parameter_free(func, scope, before) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Attribute):
             receiver = func.value
+            method = _module_method(func, scope, before)
+            if method is not None:  # `actor.get_action(obs)`: judged by what the method returns
+                return _returns_history(method, node, scope, before, strict, ignore, depth, bindings)
             if isinstance(receiver, ast.Name) and receiver.id in ("torch", "F", "nn", "math", "np", "numpy"):
                 return any(recurse(a) for a in arguments)
             if isinstance(receiver, ast.Name) and receiver.id == "self":
                 return _in_module_class(node) if strict else True  # a submodule, or a method using parameters
             return recurse(receiver) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip")
-                                           or func.id[:1].isupper() or func.id in _torch_functions(scope)):
+                                           or func.id[:1].isupper() or func.id in _torch_functions(scope)
+                                           or _plain_object(func, scope, before)):
             # Containers, constructors (`OrderedDict(...)`) and torch's functions
             # (`from torch.nn.functional import mse_loss`): history only through arguments.
             return any(recurse(a) for a in arguments)
@@ -217,8 +221,44 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         if last is None or under_no_grad(last.stmt):
             return False
         value = last.value
+        helper = helper_called(value, scope) if isinstance(value, ast.Call) and last.position is not None else None
+        if helper is not None:  # `output, loss = train(x)`: only what `train` returns in that place
+            return _returns_history(helper, value, scope, last.stmt.lineno, strict, ignore, depth + 1, bindings,
+                                    position=last.position)
         return value is not None and recurse(value, last.stmt.lineno)
     return False
+
+
+def _plain_object(name: ast.Name, scope: ast.AST, before: int) -> bool:
+    """`noise` made by `noise = OUNoise(...)` from a class of this file that is no module (no
+    `forward`, no Module base): calling it has no parameters of its own to put history in."""
+    last = src.last_assignment(scope, name.id, before)
+    made = last.value if last is not None else None
+    if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
+        return False
+    return any(isinstance(c, ast.ClassDef) and c.name == made.func.id
+               and not any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
+               and not any(src.canonical(b).endswith("Module") for b in c.bases)
+               for c in src.all_nodes(src.module_of(scope)))
+
+
+def _module_method(func: ast.Attribute, scope: ast.AST, before: int) -> ast.FunctionDef | None:
+    """The method `actor.get_action` runs, where `actor` is made from a module class of this
+    file (`Actor(envs).to(device)`) that defines it."""
+    receiver = func.value
+    if not isinstance(receiver, ast.Name):
+        return None
+    last = src.last_assignment(scope, receiver.id, before)
+    made = last.value if last is not None else None
+    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in _MOVES:
+        made = made.func.value
+    if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
+        return None
+    for node in src.all_nodes(src.module_of(scope)):
+        if isinstance(node, ast.ClassDef) and node.name == made.func.id:
+            methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+            return methods.get(func.attr) if "forward" in methods else None
+    return None
 
 
 def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
@@ -249,7 +289,8 @@ def runs_backward(node: ast.AST, depth: int = 0) -> bool:
                       lambda: any(runs_backward(n, depth + 1) for n in src.own_nodes(helper)))
 
 
-def _returns_history(helper, call: ast.Call, scope, before, strict, ignore, depth, bindings) -> bool:
+def _returns_history(helper, call: ast.Call, scope, before, strict, ignore, depth, bindings,
+                     position: int | None = None) -> bool:
     parameters = [a.arg for a in (*helper.args.posonlyargs, *helper.args.args)]
     if parameters[:1] == ["self"] and isinstance(call.func, ast.Attribute):
         parameters = parameters[1:]
@@ -257,8 +298,17 @@ def _returns_history(helper, call: ast.Call, scope, before, strict, ignore, dept
     bound.update({k.arg: _Argument(k.value, scope, before, ignore, bindings) for k in call.keywords if k.arg})
     returns = [n for n in src.own_nodes(helper) if isinstance(n, ast.Return) and n.value is not None
                and not under_no_grad(n)]
-    return any(has_history(r.value, helper, r.lineno + 1, strict=strict, depth=depth + 1, bindings=bound)
+    return any(has_history(_returned_at(r.value, position), helper, r.lineno + 1, strict=strict, depth=depth + 1,
+                           bindings=bound)
                for r in returns)
+
+
+def _returned_at(value: ast.expr, position: int | None) -> ast.expr:
+    """The element of `return a, b` that a caller unpacking it gets at `position`."""
+    if position is None or not isinstance(value, ast.Tuple) or position >= len(value.elts) \
+            or any(isinstance(e, ast.Starred) for e in value.elts):
+        return value
+    return value.elts[position]
 
 
 def _module_functions(tree: ast.AST) -> dict[str, ast.FunctionDef]:

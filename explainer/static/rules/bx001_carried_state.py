@@ -89,8 +89,7 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Diagn
             continue
         if loop is not None and not _reaches_a_later_backward(loop, expression):
             continue
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp) and loop is not None \
-                and _is_running_total(stmt, expression):
+        if loop is not None and _is_running_total(stmt, expression):
             continue  # BX002's business
         text = module.source.segment(target)
         fix = _fix(module, stmt, target, expression, scope, loop)
@@ -161,8 +160,12 @@ def _reaches_a_later_backward(loop, expression) -> bool:
 
 
 def _is_running_total(stmt, expression) -> bool:
+    """`total = total + loss` or `total += loss`."""
+    if isinstance(stmt, ast.AugAssign):
+        return isinstance(stmt.op, ast.Add) and isinstance(stmt.value, (ast.Name, ast.Attribute))
     value = stmt.value
-    return isinstance(value.op, ast.Add) and src.canonical(value.left) == expression and isinstance(value.right, ast.Name)
+    return isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and src.canonical(value.left) == expression \
+        and isinstance(value.right, ast.Name)
 
 
 def _fix(module, stmt, target, expression, scope, loop):
