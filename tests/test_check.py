@@ -528,6 +528,16 @@ CORRECT_CODE = {
             actor_loss.backward()
             actor_optimizer.step()
     """,
+    "input buffers made in __init__ from a tensor type kept on the model": """
+        class ConditionalGAN(BaseModel):
+            def __init__(self, opt):
+                self.Tensor = torch.cuda.FloatTensor if opt.gpu_ids else torch.Tensor
+                self.input_A = self.Tensor(opt.batchSize, 3, 256, 256)
+                self.netG = define_G(opt)
+
+            def forward(self):
+                self.fake_B = self.netG(self.input_A)
+    """,
     "the optimized image, made once as a leaf and moved": """
         target = content.clone().requires_grad_(True).to(device)
         optimizer = torch.optim.Adam([target], lr=0.003)
@@ -543,6 +553,30 @@ CORRECT_CODE = {
 
 # Variants the samples don't show: (code, snippet). The fix must silence the code.
 BUGGY_CODE = {
+    "FactorVAE: a trainer class steps the VAE before the discriminator's backward": ("BX007", """
+        from model import Discriminator, FactorVAE
+
+        class Solver:
+            def __init__(self):
+                self.VAE = FactorVAE(10).to(device)
+                self.D = Discriminator(10).to(device)
+                self.optim_VAE = optim.Adam(self.VAE.parameters())
+                self.optim_D = optim.Adam(self.D.parameters())
+
+            def train(self):
+                for x_true1, x_true2 in self.data_loader:
+                    x_recon, mu, logvar, z = self.VAE(x_true1)
+                    D_z = self.D(z)
+                    vae_loss = recon_loss(x_true1, x_recon) + (D_z[:, :1] - D_z[:, 1:]).mean()
+                    self.optim_VAE.zero_grad()
+                    vae_loss.backward(retain_graph=True)
+                    self.optim_VAE.step()
+                    z_pperm = permute_dims(self.VAE(x_true2, no_dec=True)).detach()
+                    D_tc_loss = 0.5 * (F.cross_entropy(D_z, zeros) + F.cross_entropy(self.D(z_pperm), ones))
+                    self.optim_D.zero_grad()
+                    D_tc_loss.backward()
+                    self.optim_D.step()
+    """),
     "a GAN written before PyTorch 0.4, with retain_variables": ("BX007", """
         G, D = nn.Linear(5, 15), nn.Sequential(nn.Linear(15, 1), nn.Sigmoid())
         for step in range(100):

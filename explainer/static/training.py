@@ -190,7 +190,11 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
             if isinstance(receiver, ast.Name) and receiver.id in ("torch", "F", "nn", "math", "np", "numpy"):
                 return any(recurse(a) for a in arguments)
             if isinstance(receiver, ast.Name) and receiver.id == "self":
-                return _in_module_class(node) if strict else True  # a submodule, or a method using parameters
+                if func.attr.endswith("Tensor"):  # `self.Tensor(n, c)`: a tensor type kept on the object
+                    return any(recurse(a) for a in arguments)
+                # A submodule, or a method using parameters; strictly, only where the class is a
+                # module or sets `self.<name>` to one (a trainer's `self.VAE = FactorVAE(...)`).
+                return not strict or _in_module_class(node) or _submodule_of_class(func)
             return recurse(receiver) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip")
                                            or func.id[:1].isupper() or func.id in _torch_functions(scope)
@@ -226,6 +230,19 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
             return _returns_history(helper, value, scope, last.stmt.lineno, strict, ignore, depth + 1, bindings,
                                     position=last.position)
         return value is not None and recurse(value, last.stmt.lineno)
+    return False
+
+
+def _submodule_of_class(attribute: ast.Attribute) -> bool:
+    """`self.VAE` is set somewhere in the class to a module (`FactorVAE1(z_dim).to(device)`)."""
+    owner = next((a for a in src.ancestors(attribute) if isinstance(a, ast.ClassDef)), None)
+    if owner is None:
+        return False
+    for assignment in src.assignments(owner, src.canonical(attribute), deep=True):
+        method = next((a for a in src.ancestors(assignment.stmt)
+                       if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), owner)
+        if assignment.value is not None and is_module(assignment.value, method, assignment.stmt.lineno + 1):
+            return True
     return False
 
 
