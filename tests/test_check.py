@@ -538,6 +538,25 @@ CORRECT_CODE = {
             def forward(self):
                 self.fake_B = self.netG(self.input_A)
     """,
+    "TD3: a detached target against a network the agent made elsewhere": """
+        class TD3Agent:
+            def __init__(self, config):
+                self.network = config.network_fn()
+                self.target_network = config.network_fn()
+
+            def step(self):
+                transitions = self.replay.sample()
+                states, actions = tensor(transitions.state), tensor(transitions.action)
+                next_states = tensor(transitions.next_state)
+                a_next = self.target_network(next_states)
+                q_1, q_2 = self.target_network.q(next_states, a_next)
+                target = rewards + gamma * torch.min(q_1, q_2)
+                target = target.detach()
+                q_1, q_2 = self.network.q(states, actions)
+                critic_loss = F.mse_loss(q_1, target) + F.mse_loss(q_2, target)
+                critic_loss.backward()
+                self.network.critic_opt.step()
+    """,
     "the optimized image, made once as a leaf and moved": """
         target = content.clone().requires_grad_(True).to(device)
         optimizer = torch.optim.Adam([target], lr=0.003)

@@ -187,6 +187,8 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
             method = _module_method(func, scope, before)
             if method is not None:  # `actor.get_action(obs)`: judged by what the method returns
                 return _returns_history(method, node, scope, before, strict, ignore, depth, bindings)
+            if not strict and _object_made_elsewhere(func, scope, before, ignore):
+                return True  # `self.network.q(s, a)`: an object the class made elsewhere, maybe a module
             if isinstance(receiver, ast.Name) and receiver.id in ("torch", "F", "nn", "math", "np", "numpy"):
                 return any(recurse(a) for a in arguments)
             if isinstance(receiver, ast.Name) and receiver.id == "self":
@@ -244,6 +246,14 @@ def _submodule_of_class(attribute: ast.Attribute) -> bool:
         if assignment.value is not None and is_module(assignment.value, method, assignment.stmt.lineno + 1):
             return True
     return False
+
+
+def _object_made_elsewhere(func: ast.Attribute, scope: ast.AST, before: int, ignore: str) -> bool:
+    """`self.network.q`: a method (not a move like `.to()`) of an attribute that this scope did
+    not set, so the source here cannot say what it is."""
+    receiver = src.canonical(func.value)
+    return isinstance(func.value, ast.Attribute) and receiver.startswith("self.") and receiver != ignore \
+        and func.attr not in _MOVES and src.last_assignment(scope, receiver, before) is None
 
 
 def _plain_object(name: ast.Name, scope: ast.AST, before: int) -> bool:
