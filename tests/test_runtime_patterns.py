@@ -364,6 +364,76 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    "peers' outputs kept in a list, each trained on the others' (deep mutual learning)": (
+        "second-backward", "outputs", """
+        import torch
+        import torch.nn.functional as F
+
+        class Trainer:
+            def __init__(self):
+                self.models = [torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+                               for _ in range(2)]
+                self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
+                self.loss_kl = torch.nn.KLDivLoss(reduction="batchmean")
+
+            def train(self):
+                for _ in range(3):
+                    images, labels = torch.randn(8, 8), torch.randint(0, 4, (8,))
+                    outputs = []
+                    for model in self.models:
+                        outputs.append(model(images))  # culprit
+                    for i in range(2):
+                        kl_loss = 0
+                        for j in range(2):
+                            if i != j:
+                                kl_loss += self.loss_kl(F.log_softmax(outputs[i], dim=1), F.softmax(outputs[j], dim=1))
+                        loss = F.cross_entropy(outputs[i], labels) + kl_loss
+                        self.optimizers[i].zero_grad()
+                        loss.backward()
+                        self.optimizers[i].step()
+
+        Trainer().train()
+    """),
+    "a trainer class steps its VAE before the discriminator's backward (FactorVAE)": (
+        "inplace-modified", "self.VAE.enc[2].weight", """
+        import torch
+        import torch.nn.functional as F
+
+        class VAE(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.enc = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+                self.dec = torch.nn.Linear(4, 8)
+
+            def forward(self, x):
+                z = self.enc(x)
+                return self.dec(z), z
+
+        class Solver:
+            def __init__(self):
+                self.VAE = VAE()
+                self.D = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+                self.optim_VAE = torch.optim.Adam(self.VAE.parameters(), 1e-3)
+                self.optim_D = torch.optim.Adam(self.D.parameters(), 1e-3)
+
+            def train(self):
+                zeros, ones = torch.zeros(8, dtype=torch.long), torch.ones(8, dtype=torch.long)
+                for _ in range(3):
+                    x_true1, x_true2 = torch.randn(8, 8), torch.randn(8, 8)
+                    x_recon, z = self.VAE(x_true1)  # culprit
+                    D_z = self.D(z)
+                    vae_loss = F.mse_loss(x_recon, x_true1) + (D_z[:, :1] - D_z[:, 1:]).mean()
+                    self.optim_VAE.zero_grad()
+                    vae_loss.backward(retain_graph=True)
+                    self.optim_VAE.step()
+                    z_pperm = self.VAE(x_true2)[1].detach()
+                    D_tc_loss = 0.5 * (F.cross_entropy(D_z, zeros) + F.cross_entropy(self.D(z_pperm), ones))
+                    self.optim_D.zero_grad()
+                    D_tc_loss.backward()
+                    self.optim_D.step()
+
+        Solver().train()
+    """),
 }
 
 
@@ -412,6 +482,17 @@ def test_peers_are_each_detached_where_the_other_learns_from_them(explain_run, t
     fix = explain_run(script).findings[0]["fixes"][0]
     assert sorted(e["content"] for e in fix["edits"]) == ["out1.detach()", "out2.detach()"]
     assert "`opt2.step()`" in fix["message"] and "`opt1.step()`" in fix["message"]
+
+
+def test_peers_kept_in_a_list_are_detached_where_read_under_the_other_index(explain_run, tmp_path):
+    """Emptying the list after the backward (right for REINFORCE's log-probabilities) would leave
+    the next pass nothing to read: the fix detaches `outputs[j]`, never `outputs[i]`."""
+    name = "peers' outputs kept in a list, each trained on the others' (deep mutual learning)"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(PATTERNS[name][2]).lstrip())
+    finding = explain_run(script).findings[0]
+    assert [e["content"] for e in finding["fixes"][0]["edits"]] == ["outputs[j].detach()"]
+    assert not any("clear()" in e["content"] for fix in finding["fixes"] for e in fix["edits"])
 
 
 def test_a_value_made_in_a_helper_is_not_moved_out_of_it(explain_run, tmp_path):

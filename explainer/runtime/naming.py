@@ -178,13 +178,28 @@ def _is_user_object(value) -> bool:
 
 
 def module_bindings(frames) -> list[tuple[str, torch.nn.Module, int]]:
-    """(expression, module, frame_index) for every nn.Module bound in the frames."""
+    """(expression, module, frame_index) for every nn.Module bound in the frames, directly or
+    as a trainer's attribute or a list's item (`self.VAE`, `models[1]`, `self.models[1]`)."""
     modules, seen = [], set()
     for index, name, value in _variables(frames):
-        if isinstance(value, torch.nn.Module) and id(value) not in seen:
-            seen.add(id(value))
-            modules.append((name, value, index))
+        for expression, module in _modules_in(name, value, 0):
+            if id(module) not in seen:
+                seen.add(id(module))
+                modules.append((expression, module, index))
     return modules
+
+
+def _modules_in(expression: str, value, depth: int):
+    if isinstance(value, torch.nn.Module):
+        yield expression, value
+    elif depth < 2 and isinstance(value, (list, tuple)) and len(value) <= MAX_ITEMS:
+        for i, item in enumerate(value):
+            if isinstance(item, torch.nn.Module):
+                yield f"{expression}[{i}]", item
+    elif depth < 1 and not _skippable(expression, value) and _is_user_object(value):
+        for attr, item in list(vars(value).items()):
+            if not attr.startswith("_"):
+                yield from _modules_in(f"{expression}.{attr}", item, depth + 1)
 
 
 def parameter_name(module_expression: str, dotted: str) -> str:

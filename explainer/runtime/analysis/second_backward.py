@@ -13,6 +13,7 @@ from ...fixes import (
     constant_data,
     detach_carried,
     detach_for_first_consumer,
+    detach_peer_reads,
     empty_container,
     graph_options,
     move_into_loop,
@@ -93,6 +94,20 @@ def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, 
                   f"previous iteration. {ctx.freed_by(previous)} that graph, "
                   f"and this backward (line {ctx.call.row}) tries to go through it again.")
         fixes += carried_fixes(ctx, candidate, failing)
+    elif candidate.relation == "stored" and _filled_before_the_loop(located, failing, source):
+        # Mutual learning: `outputs` is filled once, then each pass of the loop trains one model
+        # on all of them. Emptying it would break the next pass; the peers' items need detaching.
+        loop = src.loops_around(failing)[0]
+        role = "filled before the loop whose every pass back-propagates through it"
+        summary = f"`{name}` is filled before the loop, and each pass's backward goes through all of it."
+        detail = (f"`{name}` (filled at {where}) holds tensors made before the loop at line {loop.lineno}. "
+                  f"{ctx.freed_by(previous).replace('iteration', 'pass')} the graphs of every item its "
+                  f"loss read, and this backward (line {ctx.call.row}) needs some of them again.")
+        if between:
+            advice = RETAIN_GRAPH_AFTER_STEP
+        own = detach_peer_reads.own_index(failing, loop)
+        if own is not None:
+            fixes.append(detach_peer_reads.detach_peer_items(source, loop, name, own, failing.lineno))
     elif candidate.relation == "stored":
         role = "stores tensors that keep earlier graphs"
         summary = f"`{name}` keeps tensors whose graphs an earlier backward already freed."
@@ -119,6 +134,14 @@ def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, 
         steps=[ctx.call_site(s.filename, s.row) for s in between], retain_graph_advice=advice,
         confidence="certain" if located is not None else "likely",
     )
+
+
+def _filled_before_the_loop(located: Located | None, failing, source) -> bool:
+    """The container was filled, in the failing backward's file, outside the innermost loop
+    around that backward."""
+    loops = src.loops_around(failing) if failing is not None else []
+    return located is not None and bool(loops) and located.source.filename == source.filename \
+        and not src.inside(located.store, loops[0])
 
 
 def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
