@@ -557,6 +557,27 @@ CORRECT_CODE = {
                 critic_loss.backward()
                 self.network.critic_opt.step()
     """,
+    "peers' outputs filled before the loop, the others' detached": """
+        class Trainer:
+            def __init__(self):
+                self.models = [nn.Linear(8, 4) for _ in range(2)]
+                self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
+
+            def train(self):
+                for images, labels in self.loader:
+                    outputs = []
+                    for model in self.models:
+                        outputs.append(model(images))
+                    for i in range(2):
+                        kl_loss = 0
+                        for j in range(2):
+                            if i != j:
+                                kl_loss += kl(F.log_softmax(outputs[i], dim=1), F.softmax(outputs[j].detach(), dim=1))
+                        loss = F.cross_entropy(outputs[i], labels) + kl_loss
+                        self.optimizers[i].zero_grad()
+                        loss.backward()
+                        self.optimizers[i].step()
+    """,
     "the optimized image, made once as a leaf and moved": """
         target = content.clone().requires_grad_(True).to(device)
         optimizer = torch.optim.Adam([target], lr=0.003)
@@ -572,6 +593,27 @@ CORRECT_CODE = {
 
 # Variants the samples don't show: (code, snippet). The fix must silence the code.
 BUGGY_CODE = {
+    "peers' outputs filled before the loop, each model learning from the others'": ("BX004", """
+        class Trainer:
+            def __init__(self):
+                self.models = [nn.Linear(8, 4) for _ in range(2)]
+                self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
+
+            def train(self):
+                for images, labels in self.loader:
+                    outputs = []
+                    for model in self.models:
+                        outputs.append(model(images))
+                    for i in range(2):
+                        kl_loss = 0
+                        for j in range(2):
+                            if i != j:
+                                kl_loss += kl(F.log_softmax(outputs[i], dim=1), F.softmax(outputs[j], dim=1))
+                        loss = F.cross_entropy(outputs[i], labels) + kl_loss
+                        self.optimizers[i].zero_grad()
+                        loss.backward()
+                        self.optimizers[i].step()
+    """),
     "FactorVAE: a trainer class steps the VAE before the discriminator's backward": ("BX007", """
         from model import Discriminator, FactorVAE
 

@@ -27,6 +27,11 @@ for x, y in batches:
     loss = ((x @ w_hat - y) ** 2).mean()
     loss.backward()
 ```
+A list filled with module outputs before the loop and read by every pass (deep mutual learning's
+`outputs`, one per model, each model's loss also reading the others' `outputs[j]`) is the same
+bug: the first pass's backward frees every item it read. The fix detaches the peers' items,
+`outputs[j].detach()`, where a pass learns from them.
+
 When the loop calls the model that made the value again, the value is a snapshot of that model's
 output before the updates (PPO's `old_log_probs`), and the fix keeps it detached instead:
 `old_log_probs = dist.log_prob(actions).detach()`. Recomputing it in the loop would make it equal
@@ -38,15 +43,17 @@ import ast
 from collections.abc import Iterator
 
 from ... import source as src
-from ...fixes import constant_data, move_into_loop
+from ...fixes import constant_data, detach_peer_reads, move_into_loop
 from .. import dataflow
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
 from ..training import (
+    backward_roots,
     flows_into_backward,
     has_history,
     is_backward_call,
     is_leaf_like,
+    is_module,
     operand_reads,
     training_loops,
     under_no_grad,
@@ -70,6 +77,9 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
             continue
         if stmt.value is None or not _within_same_block(stmt, owner):
             continue
+        if kind == "loop" and _empty_list(stmt.value):
+            yield from _filled_before(module, stmt, scope, owner)
+            continue
         for target in src.targets_of(stmt):
             if not isinstance(target, ast.Name):
                 continue
@@ -88,6 +98,64 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
                 CODE, target,
                 f"`{name}` is computed once, before the {kind}, and every backward in the {kind} "
                 f"goes through its graph: the first frees it", fix)
+
+
+def _empty_list(value) -> bool:
+    return isinstance(value, ast.List) and not value.elts \
+        or isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "list" and not value.args
+
+
+def _filled_before(module, stmt, scope, owner) -> Iterator[Diagnostic]:
+    """`outputs = []`, filled with module outputs before the loop (`outputs.append(model(x))`),
+    then read by every pass's backward: deep mutual learning's peers."""
+    target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+    if not isinstance(target, ast.Name):
+        return
+    name = target.id
+    fills = [c for c in src.appends(scope, name) if stmt.lineno < c.lineno < owner.lineno and c.args
+             and (has_history(c.args[0], scope, c.lineno, strict=True) or _output_of_listed_module(c.args[0], scope))]
+    if not fills or src.appends(owner, name) or src.assignments(owner, name, deep=True) \
+            or _later_assigned(scope, name, stmt, owner) or not flows_into_backward(owner, name):
+        return
+    backward = next((call for call, _ in backward_roots(owner)), None)
+    statement = src.statement_of(backward) if backward is not None else None
+    own = detach_peer_reads.own_index(statement, owner) if statement is not None else None
+    fix = None
+    if own is not None:
+        if not detach_peer_reads.peer_items(owner, name, own, statement.lineno):
+            return  # each pass reads only its own item (or the others detached): one backward each
+        fix = detach_peer_reads.detach_peer_items(module.source, owner, name, own, statement.lineno)
+    yield module.diagnostic(
+        CODE, fills[-1].func.value,
+        f"`{name}` is filled before the loop, and every backward in the loop goes through its items: "
+        f"the first frees their graphs", fix)
+
+
+def _output_of_listed_module(value, scope) -> bool:
+    """`model(images)` inside `for model in self.models:`, where the list holds modules (built
+    by a comprehension of them, or by appending them)."""
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
+        return False
+    loop = next((a for a in src.ancestors(value) if isinstance(a, (ast.For, ast.AsyncFor))
+                 and isinstance(a.target, ast.Name) and a.target.id == value.func.id), None)
+    if loop is None:
+        return False
+    listed = src.canonical(loop.iter)
+    owner = next((a for a in src.ancestors(scope) if isinstance(a, ast.ClassDef)), None) \
+        if listed.startswith("self.") else None
+    where = owner if owner is not None else scope
+    for assignment in src.assignments(where, listed, deep=owner is not None):
+        made = assignment.value
+        method = _method_around(assignment.stmt, where)
+        if isinstance(made, ast.ListComp) and is_module(made.elt, method, assignment.stmt.lineno + 1) \
+                or isinstance(made, ast.List) and any(is_module(e, method, assignment.stmt.lineno + 1) for e in made.elts):
+            return True
+    return any(call.args and is_module(call.args[0], _method_around(call, where), call.lineno)
+               for call in src.appends(where, listed, deep=owner is not None))
+
+
+def _method_around(node, default):
+    return next((a for a in src.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), default)
 
 
 def _called_again(stmt, scope, owner) -> str | None:
