@@ -77,6 +77,29 @@ def test_silently_wrong_scenarios_are_flagged(name):
     assert [(d.code, d.location.row) for d in check_file(path)] == [(code, row)]
 
 
+# Deep mutual learning: each model's loss also reads the others' outputs, `{peer}`.
+MUTUAL_LEARNING = """
+        class Trainer:
+            def __init__(self):
+                self.models = [nn.Linear(8, 4) for _ in range(2)]
+                self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
+
+            def train(self):
+                for images, labels in self.loader:
+                    outputs = []
+                    for model in self.models:
+                        outputs.append(model(images))
+                    for i in range(2):
+                        kl_loss = 0
+                        for j in range(2):
+                            if i != j:
+                                kl_loss += kl(F.log_softmax(outputs[i], dim=1), F.softmax({peer}, dim=1))
+                        loss = F.cross_entropy(outputs[i], labels) + kl_loss
+                        self.optimizers[i].zero_grad()
+                        loss.backward()
+                        self.optimizers[i].step()
+"""
+
 CORRECT_CODE = {
     "PPO: old log-probabilities kept detached, actions sampled once": """
         policy = nn.Linear(4, 3)
@@ -557,27 +580,8 @@ CORRECT_CODE = {
                 critic_loss.backward()
                 self.network.critic_opt.step()
     """,
-    "peers' outputs filled before the loop, the others' detached": """
-        class Trainer:
-            def __init__(self):
-                self.models = [nn.Linear(8, 4) for _ in range(2)]
-                self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
-
-            def train(self):
-                for images, labels in self.loader:
-                    outputs = []
-                    for model in self.models:
-                        outputs.append(model(images))
-                    for i in range(2):
-                        kl_loss = 0
-                        for j in range(2):
-                            if i != j:
-                                kl_loss += kl(F.log_softmax(outputs[i], dim=1), F.softmax(outputs[j].detach(), dim=1))
-                        loss = F.cross_entropy(outputs[i], labels) + kl_loss
-                        self.optimizers[i].zero_grad()
-                        loss.backward()
-                        self.optimizers[i].step()
-    """,
+    "peers' outputs filled before the loop, the others' detached":
+        MUTUAL_LEARNING.format(peer="outputs[j].detach()"),
     "the optimized image, made once as a leaf and moved": """
         target = content.clone().requires_grad_(True).to(device)
         optimizer = torch.optim.Adam([target], lr=0.003)
@@ -593,27 +597,8 @@ CORRECT_CODE = {
 
 # Variants the samples don't show: (code, snippet). The fix must silence the code.
 BUGGY_CODE = {
-    "peers' outputs filled before the loop, each model learning from the others'": ("BX004", """
-        class Trainer:
-            def __init__(self):
-                self.models = [nn.Linear(8, 4) for _ in range(2)]
-                self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
-
-            def train(self):
-                for images, labels in self.loader:
-                    outputs = []
-                    for model in self.models:
-                        outputs.append(model(images))
-                    for i in range(2):
-                        kl_loss = 0
-                        for j in range(2):
-                            if i != j:
-                                kl_loss += kl(F.log_softmax(outputs[i], dim=1), F.softmax(outputs[j], dim=1))
-                        loss = F.cross_entropy(outputs[i], labels) + kl_loss
-                        self.optimizers[i].zero_grad()
-                        loss.backward()
-                        self.optimizers[i].step()
-    """),
+    "peers' outputs filled before the loop, each model learning from the others'": (
+        "BX004", MUTUAL_LEARNING.format(peer="outputs[j]")),
     "FactorVAE: a trainer class steps the VAE before the discriminator's backward": ("BX007", """
         from model import Discriminator, FactorVAE
 
