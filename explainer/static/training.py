@@ -263,10 +263,9 @@ def _plain_object(name: ast.Name, scope: ast.AST, before: int) -> bool:
     made = last.value if last is not None else None
     if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
         return False
-    return any(isinstance(c, ast.ClassDef) and c.name == made.func.id
-               and not any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
+    return any(not any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
                and not any(src.canonical(b).endswith("Module") for b in c.bases)
-               for c in src.all_nodes(src.module_of(scope)))
+               for c in _classes(src.module_of(scope)).get(made.func.id, ()))
 
 
 def _module_method(func: ast.Attribute, scope: ast.AST, before: int) -> ast.FunctionDef | None:
@@ -281,11 +280,21 @@ def _module_method(func: ast.Attribute, scope: ast.AST, before: int) -> ast.Func
         made = made.func.value
     if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
         return None
-    for node in src.all_nodes(src.module_of(scope)):
-        if isinstance(node, ast.ClassDef) and node.name == made.func.id:
-            methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
-            return methods.get(func.attr) if "forward" in methods else None
+    for node in _classes(src.module_of(scope)).get(made.func.id, ()):
+        methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+        return methods.get(func.attr) if "forward" in methods else None
     return None
+
+
+def _classes(tree: ast.AST) -> dict[str, list[ast.ClassDef]]:
+    """The file's classes by name, indexed once per tree."""
+    def build() -> dict[str, list[ast.ClassDef]]:
+        index: dict[str, list[ast.ClassDef]] = {}
+        for node in src.all_nodes(tree):
+            if isinstance(node, ast.ClassDef):
+                index.setdefault(node.name, []).append(node)
+        return index
+    return src.cached(tree, "_classes_by_name", build)
 
 
 def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
