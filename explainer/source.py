@@ -185,6 +185,15 @@ def ancestors(node: ast.AST):
         node = parent(node)
 
 
+def enclosing_function(node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The def (or method) `node` is in, innermost first."""
+    return next((a for a in ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+
+
+def enclosing_class(node: ast.AST) -> ast.ClassDef | None:
+    return next((a for a in ancestors(node) if isinstance(a, ast.ClassDef)), None)
+
+
 def inside(node: ast.AST, outer: ast.AST) -> bool:
     """Whether `outer` encloses `node`."""
     return any(ancestor is outer for ancestor in ancestors(node))

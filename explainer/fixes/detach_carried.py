@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Assignment, Source, all_nodes, ancestors, assignments, canonical, inside, reads, value_of
+from ..source import Assignment, Source, all_nodes, assignments, canonical, enclosing_function, inside, reads, value_of
 from .edits import insert_lines_before, replace
 
 
@@ -152,7 +152,7 @@ def module_state_shape(class_node: ast.ClassDef, stmt: ast.stmt, attribute: str)
     when the class ever assigns it a tuple, or when it starts as None and the class makes an LSTM
     (whose state is `(h, c)`); None when some method sets it to None and `stmt`'s own method
     does not set it first (`if self.hidden is None: self.hidden = torch.zeros(...)`)."""
-    method = next((a for a in ancestors(stmt) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    method = enclosing_function(stmt)
     others = [a for a in assignments(class_node, attribute, deep=True) if a.stmt is not stmt]
     values = [value_of(a.stmt) for a in others]
     is_tuple = any(isinstance(v, ast.Tuple) for v in values)

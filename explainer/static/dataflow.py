@@ -333,7 +333,7 @@ def _assigned_in_class(attribute: ast.Attribute, scope: ast.AST) -> src.Assignme
     """`self.x = ...` anywhere in the class around `scope` (usually `__init__`)."""
     if not (isinstance(attribute.value, ast.Name) and attribute.value.id == "self"):
         return None
-    owner = next((a for a in src.ancestors(scope) if isinstance(a, ast.ClassDef)), None)
+    owner = src.enclosing_class(scope)
     if owner is None:
         return None
     found = src.assignments(owner, attribute, deep=True)

@@ -237,15 +237,13 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
 
 def _submodule_of_class(attribute: ast.Attribute) -> bool:
     """`self.VAE` is set somewhere in the class to a module (`FactorVAE1(z_dim).to(device)`)."""
-    owner = next((a for a in src.ancestors(attribute) if isinstance(a, ast.ClassDef)), None)
+    owner = src.enclosing_class(attribute)
     if owner is None:
         return False
-    for assignment in src.assignments(owner, src.canonical(attribute), deep=True):
-        method = next((a for a in src.ancestors(assignment.stmt)
-                       if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), owner)
-        if assignment.value is not None and is_module(assignment.value, method, assignment.stmt.lineno + 1):
-            return True
-    return False
+    return any(assignment.value is not None
+               and is_module(assignment.value, src.enclosing_function(assignment.stmt) or owner,
+                             assignment.stmt.lineno + 1)
+               for assignment in src.assignments(owner, src.canonical(attribute), deep=True))
 
 
 def _object_made_elsewhere(func: ast.Attribute, scope: ast.AST, before: int, ignore: str) -> bool:
@@ -304,7 +302,7 @@ def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
     if isinstance(func, ast.Name):
         return _module_functions(src.module_of(scope)).get(func.id)
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
-        owner = next((a for a in src.ancestors(call) if isinstance(a, ast.ClassDef)), None)
+        owner = src.enclosing_class(call)
         if owner is not None:
             return next((m for m in owner.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                          and m.name == func.attr), None)

@@ -194,16 +194,16 @@ class Context:
             if self_referencing(assignment, src.canonical(assignment.target)):
                 return True
             # `self.cache[key] = feat` after `feat = feat + self.cache[key]`: read, then replaced.
-            method = _method_of(assignment.stmt)
+            method = src.enclosing_function(assignment.stmt)
             return isinstance(assignment.target, ast.Subscript) and method is not None and any(
                 read.lineno < assignment.stmt.lineno for read in src.reads(method, expression))
 
         def score(assignment):
-            method = _method_of(assignment.stmt)
+            method = src.enclosing_function(assignment.stmt)
             return (carried(assignment), getattr(method, "name", "") != "__init__", assignment.stmt.lineno)
 
         best = max(found, key=score)
-        method = _method_of(best.stmt)
+        method = src.enclosing_function(best.stmt)
         return Located(source, method or class_node, best.stmt, best.target, source.segment(best.target),
                        carried(best), in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
 
@@ -419,13 +419,6 @@ def _method_code(cls):
             code = getattr(value, "__code__", None)
             if code is not None:
                 return code
-    return None
-
-
-def _method_of(node: ast.AST):
-    for ancestor in src.ancestors(node):
-        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return ancestor
     return None
 
 

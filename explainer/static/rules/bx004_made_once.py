@@ -141,21 +141,16 @@ def _output_of_listed_module(value, scope) -> bool:
     if loop is None:
         return False
     listed = src.canonical(loop.iter)
-    owner = next((a for a in src.ancestors(scope) if isinstance(a, ast.ClassDef)), None) \
-        if listed.startswith("self.") else None
+    owner = src.enclosing_class(scope) if listed.startswith("self.") else None
     where = owner if owner is not None else scope
     for assignment in src.assignments(where, listed, deep=owner is not None):
         made = assignment.value
-        method = _method_around(assignment.stmt, where)
+        method = src.enclosing_function(assignment.stmt) or where
         if isinstance(made, ast.ListComp) and is_module(made.elt, method, assignment.stmt.lineno + 1) \
                 or isinstance(made, ast.List) and any(is_module(e, method, assignment.stmt.lineno + 1) for e in made.elts):
             return True
-    return any(call.args and is_module(call.args[0], _method_around(call, where), call.lineno)
+    return any(call.args and is_module(call.args[0], src.enclosing_function(call) or where, call.lineno)
                for call in src.appends(where, listed, deep=owner is not None))
-
-
-def _method_around(node, default):
-    return next((a for a in src.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), default)
 
 
 def _called_again(stmt, scope, owner) -> str | None:
