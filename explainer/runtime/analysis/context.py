@@ -327,11 +327,12 @@ class Context:
             return None, None, None
         return self.site_statement(self.call.filename, self.call.row)
 
-    def freed_by(self, previous: BackwardCall) -> str:
-        """`loss.backward()` (line 14) freed / `loss.backward()` in the previous iteration freed."""
+    def freed_by(self, previous: BackwardCall, repeat: str = "iteration") -> str:
+        """`loss.backward()` (line 14) freed / `loss.backward()` in the previous iteration freed
+        (`repeat`: what the loop's turns are called, "pass" for a loop over models)."""
         code = self.call_site(previous.filename, previous.row).code
         if self.call is not None and (previous.filename, previous.row) == (self.call.filename, self.call.row):
-            return f"`{code}` in the previous iteration freed"
+            return f"`{code}` in the previous {repeat} freed"
         return f"`{code}` (line {previous.row}) freed"
 
     def culprit(self, candidate: Candidate, role: str) -> Culprit:

@@ -94,14 +94,13 @@ def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, 
                   f"previous iteration. {ctx.freed_by(previous)} that graph, "
                   f"and this backward (line {ctx.call.row}) tries to go through it again.")
         fixes += carried_fixes(ctx, candidate, failing)
-    elif candidate.relation == "stored" and _filled_before_the_loop(located, failing, source):
+    elif candidate.relation == "stored" and (loop := _loop_past_the_fill(located, failing, source)) is not None:
         # Mutual learning: `outputs` is filled once, then each pass of the loop trains one model
         # on all of them. Emptying it would break the next pass; the peers' items need detaching.
-        loop = src.loops_around(failing)[0]
         role = "filled before the loop whose every pass back-propagates through it"
         summary = f"`{name}` is filled before the loop, and each pass's backward goes through all of it."
         detail = (f"`{name}` (filled at {where}) holds tensors made before the loop at line {loop.lineno}. "
-                  f"{ctx.freed_by(previous).replace('iteration', 'pass')} the graphs of every item its "
+                  f"{ctx.freed_by(previous, 'pass')} the graphs of every item its "
                   f"loss read, and this backward (line {ctx.call.row}) needs some of them again.")
         if between:
             advice = RETAIN_GRAPH_AFTER_STEP
@@ -136,12 +135,14 @@ def _second_backward_finding(ctx, candidate: Candidate, previous: BackwardCall, 
     )
 
 
-def _filled_before_the_loop(located: Located | None, failing, source) -> bool:
-    """The container was filled, in the failing backward's file, outside the innermost loop
-    around that backward."""
+def _loop_past_the_fill(located: Located | None, failing, source) -> ast.stmt | None:
+    """The innermost loop around the failing backward, when the container was filled (in the
+    same file) outside it."""
     loops = src.loops_around(failing) if failing is not None else []
-    return located is not None and bool(loops) and located.source.filename == source.filename \
-        and not src.inside(located.store, loops[0])
+    if located is None or not loops or located.source.filename != source.filename \
+            or src.inside(located.store, loops[0]):
+        return None
+    return loops[0]
 
 
 def carried_fixes(ctx, candidate: Candidate, failing) -> list[Fix | None]:
