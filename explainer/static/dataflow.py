@@ -188,7 +188,8 @@ class Backward:
 
 # `retain_variables` is retain_graph's name before PyTorch 0.4, still in old tutorials: the
 # author meant to keep the graph, and the bug to report is what happens after that.
-_KEEPS_GRAPH = ("retain_graph", "create_graph", "retain_variables")
+RETAIN_KEYWORDS = ("retain_graph", "retain_variables")
+_KEEPS_GRAPH = (*RETAIN_KEYWORDS, "create_graph")
 
 
 def backward_calls(scope: ast.AST) -> tuple[Backward, ...]:

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from ...fixes import graph_options, recompute_forward
 from ...model import Fix
 from ..dataflow import (
+    RETAIN_KEYWORDS,
     Ancestor,
     Backward,
     Step,
@@ -114,8 +115,7 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         f"a graph built with the updated weights")
     retaining = [c for c in calls if c.line < step.line and same_pass(stale.stmt, c.call) and c.retains_graph()]
     if fix is not None and retaining:
-        keyword = next((k.arg for k in retaining[-1].call.keywords if k.arg in ("retain_graph", "retain_variables")),
-                       "retain_graph")
+        keyword = next((k.arg for k in retaining[-1].call.keywords if k.arg in RETAIN_KEYWORDS), "retain_graph")
         drop = graph_options.drop_keyword(source, retaining[-1].call, keyword)
         if drop is not None:
             fix = Fix(fix.message + f", without {keyword}=True", fix.edits + (drop,))
