@@ -35,6 +35,7 @@ round (as in run.py); `A/A` is the second no-hook block against the first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import inspect
 import random
@@ -170,19 +171,8 @@ VARIANTS = {
 
 
 def block(step, steps: int, variant: str) -> float:
-    gc.collect()
     factory = VARIANTS[variant]
-    context = factory() if factory else None
-    if context is not None:
-        context.__enter__()
-    try:
-        started = run.perf_counter()
-        for _ in range(steps):
-            step()
-        return (run.perf_counter() - started) / steps
-    finally:
-        if context is not None:
-            context.__exit__(None, None, None)
+    return run.timed_block(step, steps, factory() if factory else contextlib.nullcontext())
 
 
 def measure(factory, rounds: int, block_s: float, seed: int = 0) -> dict:

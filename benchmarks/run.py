@@ -309,24 +309,37 @@ def synchronize() -> None:
         torch.cuda.synchronize(LOOP_DEVICE)
 
 
-def run_block(step, steps: int, variant: str) -> float:
-    """Seconds per step over one block of `steps` steps."""
+def timed_block(step, steps: int, context) -> float:
+    """Seconds per step over one block of `steps` steps, run inside `context` (entered and left
+    outside the timed part)."""
     gc.collect()
-    if variant == "hook":
-        explainer.install()
-    try:
-        context = torch.autograd.detect_anomaly() if variant == "anomaly" else contextlib.nullcontext()
-        with context:
-            synchronize()
-            started = perf_counter()
-            for _ in range(steps):
-                step()
-            synchronize()
-            elapsed = perf_counter() - started
-    finally:
-        if variant == "hook":
-            explainer.uninstall()
+    with context:
+        synchronize()
+        started = perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize()
+        elapsed = perf_counter() - started
     return elapsed / steps
+
+
+@contextlib.contextmanager
+def _hooks_installed():
+    explainer.install()
+    try:
+        yield
+    finally:
+        explainer.uninstall()
+
+
+def run_block(step, steps: int, variant: str) -> float:
+    if variant == "hook":
+        context = _hooks_installed()
+    elif variant == "anomaly":
+        context = torch.autograd.detect_anomaly()
+    else:
+        context = contextlib.nullcontext()
+    return timed_block(step, steps, context)
 
 
 def bench_overhead(loops: dict, rounds: int, block_s: float, seed: int = 0, target: bool = True) -> dict:
