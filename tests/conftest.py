@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -16,6 +17,33 @@ sys.path.insert(0, str(SAMPLES))
 # .explainer/ (the language-server tests open the samples from here). The hand-off's own tests
 # turn it back on for their processes, in their own folders.
 os.environ["EXPLAINER_HANDOFF"] = "0"
+
+import manifest  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A copy of the samples in a project of its own: a language server or an editor opening
+    them reads no state (`.explainer/findings.json`) that an earlier command left in this
+    checkout, so the README's two commands pass in either order."""
+
+    root: Path
+
+    def sample(self, name: str) -> manifest.Sample:
+        return manifest.load(self.root / "samples" / f"{name}.py")
+
+
+def isolated_samples(root: Path) -> Workspace:
+    (root / "samples").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'isolated-samples'\n")
+    for path in SAMPLES.glob("*.py"):
+        shutil.copy(path, root / "samples" / path.name)
+    return Workspace(root)
+
+
+@pytest.fixture(scope="session")
+def workspace(tmp_path_factory) -> Workspace:
+    return isolated_samples(tmp_path_factory.mktemp("workspace"))
 
 
 def without_and_with_hooks(scenario) -> list:

@@ -19,12 +19,10 @@ from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
-import manifest
 from conftest import ROOT
 from explainer.fixes.edits import apply_edits
 from explainer.model import Edit, Location
 
-SAMPLES = {s.name: s for s in manifest.samples()}
 SERVER = [sys.executable, "-m", "lsp_server"]
 CLIENTS = ["visual-studio-code", "neovim"]
 
@@ -44,11 +42,11 @@ def make_client() -> LanguageClient:
 
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, client_factory=make_client), params=CLIENTS)
-async def client(lsp_client: LanguageClient, request):
+async def client(lsp_client: LanguageClient, request, workspace):
     lsp_client.set_configuration({"severity": "warning"}, section="backwardExplainer")
     result = await lsp_client.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities(request.param), root_uri=ROOT.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=ROOT.as_uri(), name="main")]))
+        capabilities=client_capabilities(request.param), root_uri=workspace.root.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=workspace.root.as_uri(), name="samples")]))
     lsp_client.position_encoding = result.capabilities.position_encoding or types.PositionEncodingKind.Utf16
     yield
     await lsp_client.shutdown_session()
@@ -99,8 +97,8 @@ def apply_text_edits(text: str, edits: list[types.TextEdit]) -> str:
 
 
 @pytest.mark.parametrize("name", ["rnn_hidden_chunks", "gan_fake_reuse", "actor_critic_step", "grad_then_backward"])
-async def test_sample_diagnostic_at_the_culprit_line_and_its_quick_fix_clears_it(client, name):
-    sample = SAMPLES[name]
+async def test_sample_diagnostic_at_the_culprit_line_and_its_quick_fix_clears_it(client, name, workspace):
+    sample = workspace.sample(name)
     text = sample.path.read_text()
     uri = open_file(client, sample.path)
     diagnostics = await published(client, uri, 1)
@@ -120,8 +118,8 @@ async def test_sample_diagnostic_at_the_culprit_line_and_its_quick_fix_clears_it
     assert not [d for d in after if d.code == diagnostic.code and d.range.start.line == sample.culprit_row - 1]
 
 
-async def test_hover_explains_the_diagnostic(client):
-    sample = SAMPLES["rnn_hidden_chunks"]
+async def test_hover_explains_the_diagnostic(client, workspace):
+    sample = workspace.sample("rnn_hidden_chunks")
     uri = open_file(client, sample.path)
     (diagnostic,) = await published(client, uri, 1)
     shown = await client.text_document_hover_async(types.HoverParams(
@@ -134,9 +132,9 @@ async def test_hover_explains_the_diagnostic(client):
     assert nothing is None
 
 
-async def test_fix_all_in_file(client):
-    text = SAMPLES["discarded_detach"].path.read_text()
-    uri = open_file(client, SAMPLES["discarded_detach"].path)
+async def test_fix_all_in_file(client, workspace):
+    text = workspace.sample("discarded_detach").path.read_text()
+    uri = open_file(client, workspace.sample("discarded_detach").path)
     assert len(await published(client, uri, 1)) == 2
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri),
@@ -172,8 +170,8 @@ async def test_utf16_columns(client, tmp_path):
         == (3, column, column + 1)
 
 
-async def test_syntax_error_mid_typing_keeps_the_last_diagnostics(client):
-    sample = SAMPLES["running_loss_total"]
+async def test_syntax_error_mid_typing_keeps_the_last_diagnostics(client, workspace):
+    sample = workspace.sample("running_loss_total")
     text = sample.path.read_text()
     uri = open_file(client, sample.path)
     before = await published(client, uri, 1)
@@ -184,8 +182,8 @@ async def test_syntax_error_mid_typing_keeps_the_last_diagnostics(client):
     assert [d.code for d in await published(client, uri, 3)] == [d.code for d in before]
 
 
-async def test_settings_from_the_client_and_bad_settings(client):
-    sample = SAMPLES["discarded_detach"]
+async def test_settings_from_the_client_and_bad_settings(client, workspace):
+    sample = workspace.sample("discarded_detach")
     client.set_configuration({"ignore": ["BX003"], "severity": "error"}, section="backwardExplainer")
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
     await asyncio.sleep(0.3)
@@ -267,8 +265,8 @@ async def test_fix_all_in_a_notebook_edits_the_cells_that_change(client, tmp_pat
     assert await published(client, cell_uris[1], 2) == []
 
 
-async def test_stress_rapid_edits_bad_requests_and_a_big_file(client, tmp_path):
-    sample = SAMPLES["rnn_hidden_chunks"]
+async def test_stress_rapid_edits_bad_requests_and_a_big_file(client, tmp_path, workspace):
+    sample = workspace.sample("rnn_hidden_chunks")
     text = sample.path.read_text()
     uri = open_file(client, sample.path)
     await published(client, uri, 1)
@@ -291,9 +289,9 @@ async def test_stress_rapid_edits_bad_requests_and_a_big_file(client, tmp_path):
     assert [(d.code, d.range.start.line) for d in found] == [("BX001", 10200 + sample.culprit_row - 1)]
 
 
-def test_malformed_messages_do_not_take_the_server_down():
+def test_malformed_messages_do_not_take_the_server_down(workspace):
     raw = WireClient()
-    sample = SAMPLES["rnn_hidden_chunks"]
+    sample = workspace.sample("rnn_hidden_chunks")
     uri = sample.path.as_uri()
     hover_at_culprit = {"textDocument": {"uri": uri}, "position": {"line": sample.culprit_row - 1, "character": 10}}
     try:
@@ -339,9 +337,9 @@ def test_jupyterlab_lsp_discovers_the_spec():
     json.dumps(spec)
 
 
-async def test_a_script_explained_at_runtime_shows_its_finding_until_it_runs_clean(client, tmp_path):
+async def test_a_script_explained_at_runtime_shows_its_finding_until_it_runs_clean(client, tmp_path, workspace):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    sample = SAMPLES["rnn_hidden_chunks"]
+    sample = workspace.sample("rnn_hidden_chunks")
     script = tmp_path / "train.py"
     script.write_text(sample.path.read_text())
     shutil.copy(ROOT / "samples" / "_device.py", tmp_path / "_device.py")

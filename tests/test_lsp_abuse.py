@@ -15,28 +15,28 @@ import time
 import pytest
 from lsp_wire import WireClient
 
-import manifest
-from conftest import ROOT
+from conftest import ROOT, Workspace
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from lsp_latency import training_file  # noqa: E402
 
-SAMPLE = manifest.load(ROOT / "samples" / "rnn_hidden_chunks.py")
-URI = SAMPLE.path.as_uri()
+SAMPLE_NAME = "rnn_hidden_chunks"
 INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32600, -32601, -32602
 
 
 class Server(WireClient):
     """A server with the buggy sample open and checked; `alive()` asks it about that sample."""
 
-    def __init__(self) -> None:
+    def __init__(self, workspace: Workspace) -> None:
         super().__init__()
         self.seen: list[dict] = []  # every message wait_for has looked at
         self.next_id = 100
-        self.initialize(ROOT.as_uri())
+        self.sample = workspace.sample(SAMPLE_NAME)
+        self.uri = self.sample.path.as_uri()
+        self.initialize(workspace.root.as_uri())
         self.notify("textDocument/didOpen", {"textDocument": {
-            "uri": URI, "languageId": "python", "version": 1, "text": SAMPLE.path.read_text()}})
-        assert self.published(URI, 1) is not None
+            "uri": self.uri, "languageId": "python", "version": 1, "text": self.sample.path.read_text()}})
+        assert self.published(self.uri, 1) is not None
 
     def wait_for(self, accept, timeout: float = 60.0):
         """As WireClient's, but a message an earlier wait passed over still counts."""
@@ -58,8 +58,9 @@ class Server(WireClient):
         return found[1]["params"]["diagnostics"] if found else None
 
     def hover_at_culprit(self, timeout: float = 10.0) -> dict | None:
-        return self.ask("textDocument/hover", {"textDocument": {"uri": URI},
-                                               "position": {"line": SAMPLE.culprit_row - 1, "character": 10}}, timeout)
+        return self.ask("textDocument/hover", {"textDocument": {"uri": self.uri},
+                                               "position": {"line": self.sample.culprit_row - 1, "character": 10}},
+                        timeout)
 
     def alive(self) -> None:
         """The server answers an ordinary request, and answers it right."""
@@ -70,8 +71,8 @@ class Server(WireClient):
 
 
 @pytest.fixture
-def server():
-    running = Server()
+def server(workspace):
+    running = Server(workspace)
     yield running
     running.close()
     assert running.process.returncode == 0
@@ -98,10 +99,10 @@ def test_bodies_that_are_not_requests_are_dropped_and_the_server_lives(server):
 def test_requests_with_params_of_the_wrong_type_get_invalid_params(server):
     # pygls dropped these without an answer, so a client waited for ever (regression).
     hover = "textDocument/hover"
-    cases = [(hover, [1, 2]), (hover, None), (hover, {"textDocument": {"uri": URI}}),
-             (hover, {"textDocument": {"uri": URI}, "position": {"line": -1, "character": 0}}),
-             (hover, {"textDocument": {"uri": URI}, "position": {"line": "three", "character": 0}}),
-             ("textDocument/codeAction", {"textDocument": {"uri": URI}, "range": "all", "context": {}})]
+    cases = [(hover, [1, 2]), (hover, None), (hover, {"textDocument": {"uri": server.uri}}),
+             (hover, {"textDocument": {"uri": server.uri}, "position": {"line": -1, "character": 0}}),
+             (hover, {"textDocument": {"uri": server.uri}, "position": {"line": "three", "character": 0}}),
+             ("textDocument/codeAction", {"textDocument": {"uri": server.uri}, "range": "all", "context": {}})]
     for method, params in cases:
         server.next_id += 1
         server.send({"jsonrpc": "2.0", "id": server.next_id, "method": method,
@@ -112,8 +113,8 @@ def test_requests_with_params_of_the_wrong_type_get_invalid_params(server):
         server.alive()
     # Notifications with bad params can't be answered: dropped, and nothing else changes.
     for method, params in [("textDocument/didOpen", {"textDocument": {"uri": 5}}),
-                           ("textDocument/didChange", {"textDocument": {"uri": URI}, "contentChanges": "x"}),
-                           ("textDocument/didClose", [URI]),
+                           ("textDocument/didChange", {"textDocument": {"uri": server.uri}, "contentChanges": "x"}),
+                           ("textDocument/didClose", [server.uri]),
                            ("workspace/didChangeConfiguration", {"settings": [1, 2]}),
                            ("workspace/didChangeConfiguration", {"settings": {"backwardExplainer": "loud"}}),
                            ("$/cancelRequest", {"id": 999_999})]:
@@ -121,9 +122,9 @@ def test_requests_with_params_of_the_wrong_type_get_invalid_params(server):
         server.alive()
     # Positions far outside the document are answered, not errors.
     far = {"line": 1_000_000, "character": 1_000_000}
-    assert server.ask("textDocument/hover", {"textDocument": {"uri": URI}, "position": far}) \
+    assert server.ask("textDocument/hover", {"textDocument": {"uri": server.uri}, "position": far}) \
         == {"id": server.next_id, "jsonrpc": "2.0", "result": None}
-    actions = server.ask("textDocument/codeAction", {"textDocument": {"uri": URI}, "context": {"diagnostics": []},
+    actions = server.ask("textDocument/codeAction", {"textDocument": {"uri": server.uri}, "context": {"diagnostics": []},
                                                      "range": {"start": {"line": 0, "character": 0}, "end": far}})
     assert [a["kind"] for a in actions["result"]] == ["quickfix", "source.fixAll.backward-explainer"]
     server.alive()
@@ -159,7 +160,7 @@ def test_documents_never_opened(server, tmp_path):
     server.alive()
     # The document can still be opened afterwards, and is checked as it is then.
     server.notify("textDocument/didOpen", {"textDocument": {
-        "uri": never, "languageId": "python", "version": 1, "text": SAMPLE.path.read_text()}})
+        "uri": never, "languageId": "python", "version": 1, "text": server.sample.path.read_text()}})
     assert [d["code"] for d in server.published(never, 1)] == ["BX001"]
 
 
@@ -176,7 +177,7 @@ def probe_until_answered(server: Server, probes: int = 3) -> int:
 @pytest.mark.parametrize("frame", ["short-length", "long-length", "header-without-body", "bad-length-header"])
 def test_a_bad_frame_costs_at_most_the_next_message(server, frame):
     body = json.dumps({"jsonrpc": "2.0", "id": 50, "method": "textDocument/hover", "params": {
-        "textDocument": {"uri": URI}, "position": {"line": 0, "character": 0}}}).encode()
+        "textDocument": {"uri": server.uri}, "position": {"line": 0, "character": 0}}}).encode()
     stdin = server.process.stdin
     if frame == "short-length":
         stdin.write(b"Content-Length: %d\r\n\r\n" % (len(body) - 20) + body)
@@ -210,7 +211,7 @@ def test_a_20_mb_message(server, tmp_path):
     assert logged is not None and huge in logged[1]["params"]["message"]
     # Cut down to an ordinary size, it is checked again.
     server.notify("textDocument/didChange", {"textDocument": {"uri": huge, "version": 2},
-                                             "contentChanges": [{"text": SAMPLE.path.read_text()}]})
+                                             "contentChanges": [{"text": server.sample.path.read_text()}]})
     assert [d["code"] for d in server.published(huge, 2)] == ["BX001"]
     server.alive()
 
@@ -221,8 +222,8 @@ def test_a_second_initialize_is_refused_and_keeps_the_documents(server):
     server.alive()  # pygls used to start a new workspace: every open document forgotten (regression)
 
 
-def test_shutdown_during_a_big_check_then_exit():
-    server = Server()
+def test_shutdown_during_a_big_check_then_exit(workspace):
+    server = Server(workspace)
     try:
         # Eight 20,000-line files: checks that keep the worker threads busy for seconds.
         text = training_file(20_000)
