@@ -13,8 +13,9 @@ Three parts (see benchmarks/README.md):
                and under `torch.autograd.detect_anomaly()`, interleaved round by round; ratios
                are medians of per-round paired ratios, so machine drift cancels out.
 2. samples   - every buggy sample run in-process with and without the hook; the explanation
-               latency is the time spent inside `analysis.explain_and_note` (and
-               `analysis.warn_if_graph_grows`), measured by a timer wrapped around them here.
+               latency is the time spent inside the callbacks `explainer.install()` gives the
+               hooks (`notes.add_note`: explain, then render the note; `notes.warn_growth`),
+               measured by a timer wrapped around them here.
 3. synthetic - a second-backward error on graphs of 10^4..10^6 autograd nodes (the failing
                code is in synthetic_graphs.py): a carried state whose huge part is current or
                stale, and a huge trunk shared by two losses.
@@ -53,13 +54,15 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import explainer  # noqa: E402
-from explainer import source as explainer_source  # noqa: E402
+from explainer.reading import source as explainer_source  # noqa: E402
 
 # What the first explanation in a process pays once: the hooks import the analysis (and, through
 # it, the fix builders and the renderer) on the first error only. Measured here, in this process.
 _import_started = time.perf_counter()
 import explainer.render.text  # noqa: E402,F401
-from explainer.runtime import analysis, journal  # noqa: E402
+import explainer.runtime.analysis  # noqa: E402,F401
+from explainer import notes  # noqa: E402
+from explainer.runtime import hooks, journal  # noqa: E402
 
 ANALYSIS_IMPORT_S = time.perf_counter() - _import_started
 
@@ -131,11 +134,12 @@ def clear_source_caches() -> None:
 
 
 class AnalysisTimer:
-    """Wraps the two analysis entry points the hooks call, recording (name, seconds).
+    """Wraps the two callbacks `explainer.install()` gives the hooks, recording (name, seconds).
 
-    The hooks look `analysis.explain_and_note` / `analysis.warn_if_graph_grows` up on the module
-    at call time, so replacing the module attributes is enough; the engine is not modified.
-    With `profiler`, the wrapped calls (and only they) run under that cProfile.Profile.
+    Entered while the hooks are installed, it installs them again with the callbacks wrapped (an
+    installed hook only takes the new callbacks), and gives them back the plain ones on exit; the
+    engine is not modified. With `profiler`, the wrapped calls (and only they) run under that
+    cProfile.Profile.
     """
 
     def __init__(self, profiler: cProfile.Profile | None = None, memory: bool = False) -> None:
@@ -143,7 +147,6 @@ class AnalysisTimer:
         self.profiler = profiler
         self.memory = memory
         self.peak_extra_mb: float | None = None  # largest RSS peak above the RSS at entry
-        self._originals = None
 
     def _wrap(self, name, function):
         records, profiler = self.records, self.profiler
@@ -166,13 +169,13 @@ class AnalysisTimer:
         return timed
 
     def __enter__(self):
-        self._originals = (analysis.explain_and_note, analysis.warn_if_graph_grows)
-        analysis.explain_and_note = self._wrap("explain", self._originals[0])
-        analysis.warn_if_graph_grows = self._wrap("growth", self._originals[1])
+        if hooks.installed():
+            hooks.install(self._wrap("explain", notes.add_note), self._wrap("growth", notes.warn_growth))
         return self
 
     def __exit__(self, *exc) -> None:
-        analysis.explain_and_note, analysis.warn_if_graph_grows = self._originals
+        if hooks.installed():
+            hooks.install(notes.add_note, notes.warn_growth)
 
     def total(self, name: str) -> float:
         return sum(s for n, s in self.records if n == name)
@@ -445,7 +448,7 @@ def run_sample(path: Path, hooked: bool) -> dict:
             explainer.uninstall()
         sys.argv = argv
         sys.path[:] = path0
-    notes = getattr(error, "__notes__", []) if error is not None else []
+    error_notes = getattr(error, "__notes__", []) if error is not None else []
     result = {
         "run_s": elapsed,
         "raised": error is not None,
@@ -455,10 +458,10 @@ def run_sample(path: Path, hooked: bool) -> dict:
         "growth_max_s": timer.largest("growth"),
         "growth_calls": timer.count("growth"),
         "finding_kind": finding_kind,
-        "failed_note": any("could not explain" in n for n in notes),
-        "warned": sum(1 for w in caught if issubclass(w.category, analysis.GraphGrowthWarning)),
+        "failed_note": any("could not explain" in n for n in error_notes),
+        "warned": sum(1 for w in caught if issubclass(w.category, notes.GraphGrowthWarning)),
     }
-    del error, notes, caught
+    del error, error_notes, caught
     return result
 
 
@@ -629,7 +632,7 @@ def run_synthetic(variant: str, nodes: int, hooked: bool, profiler=None) -> dict
         if hooked:
             explainer.uninstall()
     built = sum(b - a for a, b in zip(marks[::2], marks[1::2]))
-    notes = list(getattr(error, "__notes__", [])) if error is not None else []
+    error_notes = list(getattr(error, "__notes__", [])) if error is not None else []
     second = "second time" in str(error) if error is not None else False
     result = {
         "nodes": built,
@@ -641,10 +644,10 @@ def run_synthetic(variant: str, nodes: int, hooked: bool, profiler=None) -> dict
         "finding_kind": finding.kind if hooked and finding is not None else None,
         "culprit": finding.culprits[0].name if hooked and finding is not None and finding.culprits else None,
         "confidence": finding.confidence if hooked and finding is not None else None,
-        "failed_note": any("could not explain" in n for n in notes),
+        "failed_note": any("could not explain" in n for n in error_notes),
         "explain_peak_extra_mb": timer.peak_extra_mb,
     }
-    del error, notes, w, x
+    del error, error_notes, w, x
     gc.collect()
     return result
 

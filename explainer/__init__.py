@@ -11,10 +11,11 @@ __all__ = ["install", "uninstall", "explain", "load_ipython_extension", "unload_
 
 
 def install() -> None:
-    """Hook `Tensor.backward`, `torch.autograd.backward`/`grad` and optimizer steps."""
-    from .runtime import hooks
+    """Hook `Tensor.backward`, `torch.autograd.backward`/`grad` and optimizer steps: an explained
+    error carries its explanation as a note."""
+    from .notes import install as install_with_notes
 
-    hooks.install()
+    install_with_notes()
 
 
 def uninstall() -> None:

@@ -93,9 +93,10 @@ def run(script: str, args: list[str], json_out: str | None) -> int:
         print(f"explainer: can't open file {script!r}: no such file", file=sys.stderr)
         _write_json(json_out, [])
         return 2
+    from . import notes
     from .runtime import journal, lazy
 
-    lazy.install_when_torch_is_imported()
+    lazy.install_when_torch_is_imported(notes.install_or_say_why_not)
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     code, error = 0, None
@@ -142,11 +143,11 @@ def _write_json(path: str | None, findings) -> None:
     os.replace(temporary, path)
 
 
-_OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, runpy.__file__, "<frozen runpy")
-
-
 def _is_own(tb) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES)
+    """A frame this runner or the hooks added: python SCRIPT would not show it."""
+    from .runtime.records import PACKAGE_DIR
+
+    return tb.tb_frame.f_code.co_filename.startswith((PACKAGE_DIR, runpy.__file__, "<frozen runpy"))
 
 
 def _strip_own_frames(error: BaseException) -> None:

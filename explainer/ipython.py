@@ -1,7 +1,8 @@
 """`%load_ext explainer`: explain autograd errors in IPython and Jupyter.
 
 Only the errors the engine explains get the explanation (HTML in Jupyter, rich text in a
-terminal); every other exception is shown exactly as before. `%tb` keeps working, `%explain`
+terminal), rendered from the journal: the hooks installed here add no note to the error, so
+there is none to strip from the traceback. Every other exception is shown exactly as before. `%tb` keeps working, `%explain`
 shows the last explanation again (or explains the last error post-mortem), and `%unload_ext
 explainer` restores the previous handler.
 """
@@ -10,17 +11,18 @@ from __future__ import annotations
 import os
 import sys
 
-from .render.text import RULE
-
 _saved: dict[int, tuple] = {}
 
 
 def load(ip) -> None:
+    from .notes import record_only, warn_growth
     from .runtime import hooks
 
     if id(ip) in _saved:
         return
-    hooks.install_or_say_why_not()  # post-mortem %explain works even without the hooks
+    # Explained errors go to the journal, which the handler below renders; an engine failure is
+    # still one line on the error. Post-mortem %explain works even without the hooks.
+    hooks.install_or_say_why_not(record_only, warn_growth)
     _saved[id(ip)] = (ip.CustomTB, ip.custom_exceptions)
     ip.set_custom_exc((RuntimeError,), _handle)
     ip.register_magic_function(_explain_magic, "line", "explain")
@@ -79,9 +81,9 @@ def _run_id() -> str:
 
 
 def _hand_off(finding) -> None:
-    from . import handoff
+    from .handoff import publish
 
-    if handoff.publish(_run_id(), [finding]) is not None and finding.backward is not None:
+    if publish(_run_id(), [finding]) is not None and finding.backward is not None:
         _handed_off[_run_id()] = finding.backward.code.strip()
 
 
@@ -92,14 +94,14 @@ def _clear_when_it_runs_clean(result) -> None:
         return
     source = getattr(result.info, "raw_cell", "") or ""
     if line in source:
-        from . import handoff
+        from .handoff import publish
 
-        handoff.publish(_run_id(), [])
+        publish(_run_id(), [])
         _handed_off.pop(_run_id(), None)
 
 
 def _show(shell, finding, value, tb, tb_offset) -> None:
-    traceback_text = _traceback_without_our_note(shell, value, tb, tb_offset)
+    traceback_text = _traceback_text(shell, value, tb, tb_offset)
     if _in_kernel(shell):
         from IPython.display import display
 
@@ -109,18 +111,10 @@ def _show(shell, finding, value, tb, tb_offset) -> None:
         _print_terminal(finding)
 
 
-def _traceback_without_our_note(shell, value, tb, tb_offset) -> str:
-    """IPython's own traceback text, minus the plain-text note we render richer here."""
-    notes = getattr(value, "__notes__", None)
-    ours = [n for n in notes or [] if n.startswith(RULE)]
-    try:
-        if ours:
-            value.__notes__ = [n for n in notes if n not in ours]
-        structured = shell.InteractiveTB.structured_traceback(type(value), value, tb, tb_offset=tb_offset)
-        text = shell.InteractiveTB.stb2text(structured)
-    finally:
-        if ours:
-            value.__notes__ = notes
+def _traceback_text(shell, value, tb, tb_offset) -> str:
+    """IPython's own traceback text, as it would show it."""
+    structured = shell.InteractiveTB.structured_traceback(type(value), value, tb, tb_offset=tb_offset)
+    text = shell.InteractiveTB.stb2text(structured)
     return text if not _in_kernel(shell) else _strip_ansi(text)
 
 
@@ -183,12 +177,11 @@ def _explain_magic(line: str = ""):
     from IPython import get_ipython
     from IPython.display import display
 
-    from . import explain
-    from .runtime import journal
+    from .runtime import journal, postmortem
 
     shell = get_ipython()
     error = getattr(sys, "last_value", None)
-    finding = explain(error) if error is not None else None
+    finding = postmortem.explain(error) if error is not None else None
     if finding is None:
         finding = journal.last()
     if finding is None:
@@ -205,7 +198,7 @@ def _explain_magic(line: str = ""):
 
 def _put_fixed_cell(shell, finding) -> None:
     from .fixes.edits import apply_edits
-    from .source import load
+    from .reading.source import load
 
     if not finding.fixes:
         print("[explainer] this explanation has no fix to apply.")

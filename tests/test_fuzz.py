@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from explainer import source as src
+from explainer.reading import source as src
 from explainer.static.check import check_paths, check_text
 
 _spec = importlib.util.spec_from_file_location("benchmarks_fuzz", ROOT / "benchmarks" / "fuzz.py")

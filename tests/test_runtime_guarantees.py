@@ -15,8 +15,9 @@ import torch
 
 import explainer
 from conftest import without_and_with_hooks
+from explainer import notes
 from explainer.render.text import RULE
-from explainer.runtime import analysis, hooks, journal
+from explainer.runtime import hooks, journal
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_an_analysis_that_cannot_be_imported_is_one_short_line(installed, monkey
 @pytest.mark.parametrize("stage", [
     "explainer.runtime.graph.walk",
     "explainer.runtime.naming.bindings",
-    "explainer.source.load",
+    "explainer.reading.source.load",
     "explainer.fixes.detach_carried.detach_where_read",
     "explainer.render.text.render_note",
 ])
@@ -225,7 +226,7 @@ def test_any_signature_is_wrapped_faithfully():
 
 def test_an_unknown_signature_is_refused_in_one_line(monkeypatch, capsys):
     monkeypatch.setattr(torch.autograd, "grad", lambda outputs, inputs: None)
-    assert hooks.install_or_say_why_not() is False
+    assert notes.install_or_say_why_not() is False
     assert not hooks.installed()
     assert not hasattr(torch.autograd.backward, "__wrapped__") and not hasattr(torch.Tensor.backward, "__wrapped__")
     err = capsys.readouterr().err
@@ -282,7 +283,7 @@ def test_legitimate_retain_graph_gives_no_growth_warning(installed, recwarn):
         loss1, loss2 = features.sum(), features.pow(2).sum()
         loss1.backward(retain_graph=True)
         loss2.backward()
-    assert not [w for w in recwarn if issubclass(w.category, analysis.GraphGrowthWarning)]
+    assert not [w for w in recwarn if issubclass(w.category, notes.GraphGrowthWarning)]
 
 
 def _one_sample_per_kind() -> list:

@@ -6,10 +6,10 @@ import textwrap
 
 import pytest
 
-from explainer import source as src
 from explainer.fixes.edits import apply_edits
 from explainer.fixes.out_of_place import out_of_place
 from explainer.model import edits_from_json
+from explainer.reading import source as src
 
 A2C = """
     import torch

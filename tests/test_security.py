@@ -108,7 +108,7 @@ def test_language_server_imports_and_runs_nothing_from_the_workspace(workspace, 
 
 
 def test_jedi_answers_from_source_without_subprocesses_or_imports(workspace, monkeypatch):
-    from explainer.static import jedi_types
+    from explainer.reading import jedi_types
 
     jedi_types._call_gives_module.cache_clear()
     spawned = []

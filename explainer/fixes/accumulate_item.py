@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Assignment, Source, canonical
+from ..reading.source import Assignment, Source, canonical
 from .edits import replace
 
 

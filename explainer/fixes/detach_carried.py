@@ -4,7 +4,17 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Assignment, Source, all_nodes, assignments, canonical, enclosing_function, inside, reads, value_of
+from ..reading.source import (
+    Assignment,
+    Source,
+    all_nodes,
+    assignments,
+    canonical,
+    enclosing_function,
+    inside,
+    reads,
+    value_of,
+)
 from .edits import insert_lines_before, replace
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, own_nodes, reads
+from ..reading.source import Source, own_nodes, reads
 from .edits import replace
 
 FIRST_UPDATE = ("Detach `{carrier}` for the first update: its loss must not back-propagate into "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, call_receiver, canonical, enclosing_block, own_nodes, parent, reads
+from ..reading.source import Source, call_receiver, canonical, enclosing_block, own_nodes, parent, reads
 from .edits import replace
 
 _BLOCKS = (ast.For, ast.AsyncFor, ast.While, ast.If, ast.With, ast.Try)

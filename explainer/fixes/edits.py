@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Edit, Location
-from ..source import Source
+from ..reading.source import Source
 
 
 def node_start(source: Source, node: ast.AST) -> Location:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source
+from ..reading.source import Source
 from .edits import insert_lines_after
 
 

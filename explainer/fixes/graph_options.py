@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Edit, Fix, Location
-from ..source import Source
+from ..reading.source import Source
 from .edits import node_end, node_start
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, ancestors, parent, reads
+from ..reading.source import Source, ancestors, parent, reads
 from .edits import delete_lines, insert_lines_before, replace, statement_text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, canonical, targets_of
+from ..reading.source import Source, canonical, targets_of
 from .edits import imports_torch, replace
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source
+from ..reading.source import Source
 from .edits import imports_torch, insert_lines_before, replace, statement_text
 
 # In-place methods without an out-of-place twin of the same name: those get the clone.

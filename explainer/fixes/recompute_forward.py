@@ -5,8 +5,8 @@ import ast
 from collections.abc import Callable
 
 from ..model import Fix
-from ..source import Source, canonical, inside, loops_around, names_read, own_nodes, parent, reads, targets_of
-from ..static.dataflow import ancestors
+from ..reading.dataflow import ancestors
+from ..reading.source import Source, canonical, inside, loops_around, names_read, own_nodes, parent, reads, targets_of
 from .edits import delete_lines, insert_lines_before, statement_text
 
 _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, enclosing_block
+from ..reading.source import Source, enclosing_block
 from .edits import delete_lines, replace
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, call_receiver
+from ..reading.source import Source, call_receiver
 from .edits import delete_lines, replace
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..source import Source, assignments, canonical
+from ..reading.source import Source, assignments, canonical
 from .edits import delete_lines, replace, statement_text
 
 

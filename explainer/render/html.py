@@ -6,7 +6,7 @@ import html
 import os
 
 from ..model import Finding
-from ..source import load
+from ..reading.source import load
 from .text import fix_preview
 
 _STYLE = (

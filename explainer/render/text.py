@@ -33,7 +33,7 @@ def render_note(finding: Finding) -> str:
 def fix_preview(fix: Fix) -> list[str]:
     """A short `-`/`+` view of each edit, in the file's own lines."""
     from ..fixes.edits import apply_edits
-    from ..source import load
+    from ..reading.source import load
 
     lines: list[str] = []
     by_file: dict[str, list] = {}

@@ -2,8 +2,9 @@
 
 Per backward call we record the autograd sequence-number high-water mark (nodes created before
 the call have smaller numbers), the call site and `retain_graph`; per optimizer step, the call
-site and the optimizer. When an explained error escapes a backward call, `analysis` turns it
-into a Finding, attached to the exception as a PEP 678 note.
+site and the optimizer. When an autograd error escapes a backward call, or a call retains a graph,
+the hooks hand the records to the callbacks `install` was given (the front-end's: explain the
+error and add a note, or record it for IPython to show); they import no analysis themselves.
 
 `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad` are hooked; a
 `loss.backward()` passes two of them, so its traceback gains two frames, both marked
@@ -15,20 +16,17 @@ import functools
 import inspect
 import itertools
 import linecache
-import os
 import sys
 import threading
 import weakref
 from collections import deque
-from typing import NamedTuple
+from collections.abc import Callable
 
 import torch
 
 from . import journal
+from .records import INTERNAL, PACKAGE_DIR, BackwardCall, StepCall, outside_internal
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_INTERNAL = (_TORCH_DIR, _PACKAGE_DIR)
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
 # While torch.compile traces, the hooks step aside: dynamo would otherwise trace into them, fail
 # on sys._getframe and warn the user about our code. It breaks the graph at the backward as it
@@ -44,28 +42,6 @@ else:
     _dynamo_tracing = getattr(_compiler, "is_compiling", None) or (lambda: False)
     _compiler = type("NoCompileSession", (), {"_is_compiling_flag": False})
 _ticks = itertools.count(1)
-
-
-class BackwardCall(NamedTuple):
-    """One recorded backward / autograd.grad call. `mark` is the next autograd sequence number
-    at the call: every node created before the call has a smaller one."""
-
-    tick: int
-    mark: int
-    root_ids: tuple[int, ...]
-    filename: str
-    row: int
-    retain_graph: bool
-    create_graph: bool
-    api: str
-
-
-class StepCall(NamedTuple):
-    tick: int
-    mark: int
-    optimizer: weakref.ref
-    filename: str
-    row: int
 
 
 class _PerThread(threading.local):
@@ -87,17 +63,12 @@ _last_user_code: list = [None]
 # Call sites whose retain_graph=True graph was already checked, with how often.
 _growth_checks: dict[tuple, int] = {}
 _GROWTH_CHECKS_PER_SITE = 8
-
-
-def is_internal_file(filename: str) -> bool:
-    return filename.startswith(_INTERNAL)
-
-
-def user_frame(frame):
-    """The first frame outside torch and this package, going outwards."""
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
-        frame = frame.f_back
-    return frame
+# What `install` was given: called with (error, call, roots, caller frame, recent calls, recent
+# steps) when an autograd error escapes a backward call, and with (call, roots, caller frame,
+# recent calls, recent steps) -> whether it warned, when a call retains a graph.
+OnError = Callable[..., None]
+OnRetained = Callable[..., bool]
+_callbacks: list = [None, None]  # [on_error, on_retained]
 
 
 def _line_of(code, lasti: int) -> int:
@@ -238,7 +209,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
         raise UnsupportedTorch(f"{original.__qualname__} has parameters named {sorted(clashes)}")
     namespace = {
         "original": original, "per_thread": _local, "getframe": sys._getframe,
-        "internal": _INTERNAL, "user_code": _last_user_code, "user_frame": user_frame, "ticks": _ticks,
+        "internal": INTERNAL, "user_code": _last_user_code, "user_frame": outside_internal, "ticks": _ticks,
         "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth,
         "explain_into": _explain_into, "dynamo_tracing": _dynamo_tracing, "compiler": _compiler,
     }
@@ -247,7 +218,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
                                     root_ids=_root_ids(roots_name))
     # A file name inside this package marks the frame as ours (user_frame, the CLI's traceback);
     # registering the text in linecache lets a traceback that does show the frame quote it.
-    filename = f"{_PACKAGE_DIR}runtime/<hook of {name}>"
+    filename = f"{PACKAGE_DIR}runtime/<hook of {name}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     exec(compile(code, filename, "exec"), namespace)  # noqa: S102
     hooked = namespace["hooked"]
@@ -256,28 +227,19 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
 
 
 def _explain_into(error: RuntimeError, call: tuple, roots, caller) -> None:
-    # Imported on the first error only: keeps `import explainer` and `install()` cheap. A failure
-    # to import (a broken install) must not replace the user's error, as nothing after it may.
-    try:
-        from . import analysis
-    except Exception as internal:  # noqa: BLE001
-        error.add_note(f"[explainer] could not explain this error ({type(internal).__name__}: "
-                       f"{internal}); the error above is PyTorch's own.")
-        return
-    analysis.explain_and_note(error, _as_call(call), roots, caller, recent_calls(), recent_steps())
+    on_error = _callbacks[0]
+    if on_error is not None:
+        on_error(error, _as_call(call), roots, caller, recent_calls(), recent_steps())
 
 
 def _check_growth(call: tuple, roots, caller) -> None:
+    on_retained = _callbacks[1]
     site = (call[3], call[4])
     done = _growth_checks.get(site, 0)
-    if done >= _GROWTH_CHECKS_PER_SITE:
+    if on_retained is None or done >= _GROWTH_CHECKS_PER_SITE:
         return
     _growth_checks[site] = done + 1
-    try:
-        from . import analysis
-    except Exception:  # noqa: BLE001 - a broken install must not stop the user's backward
-        return
-    if analysis.warn_if_graph_grows(_as_call(call), roots, caller, recent_calls(), recent_steps()):
+    if on_retained(_as_call(call), roots, caller, recent_calls(), recent_steps()):
         _growth_checks[site] = _GROWTH_CHECKS_PER_SITE
 
 
@@ -292,9 +254,9 @@ def _on_step(optimizer, args, kwargs) -> None:
     caller = sys._getframe(depth) if depth else None
     code = caller.f_code if caller is not None else None
     if code is None or code is not _last_user_code[0]:
-        if code is None or code.co_filename.startswith(_INTERNAL):
+        if code is None or code.co_filename.startswith(INTERNAL):
             caller, depth = sys._getframe(1), 1
-            while caller is not None and caller.f_code.co_filename.startswith(_INTERNAL):
+            while caller is not None and caller.f_code.co_filename.startswith(INTERNAL):
                 caller, depth = caller.f_back, depth + 1
             _step_depth[type(optimizer)] = depth
             code = caller.f_code if caller is not None else None
@@ -308,15 +270,17 @@ def installed() -> bool:
     return bool(_originals)
 
 
-def install() -> None:
+def install(on_error: OnError, on_retained: OnRetained) -> None:
     """Hook `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`, and add an
-    optimizer step post-hook. Idempotent. Raises UnsupportedTorch, with nothing hooked, when a
+    optimizer step post-hook; autograd errors and retained graphs go to the callbacks. Installed
+    again, only the callbacks change. Raises UnsupportedTorch, with nothing hooked, when a
     signature is not the one the hooks read.
 
     `Tensor.backward` is hooked itself, not only through the `autograd.backward` it calls: from
     its own wrapper the user's frame is the caller, while finding it from inside
     `autograd.backward` would build a frame object for `Tensor.backward` on every call."""
     global _step_hook_handle
+    _callbacks[:] = [on_error, on_retained]
     if _originals:
         return
     wrappers = {}
@@ -331,11 +295,11 @@ def install() -> None:
     _step_hook_handle = register_optimizer_step_post_hook(_on_step)
 
 
-def install_or_say_why_not() -> bool:
+def install_or_say_why_not(on_error: OnError, on_retained: OnRetained) -> bool:
     """`install`, for front-ends that must not stop the user's code: one line on stderr if this
     torch cannot be hooked."""
     try:
-        install()
+        install(on_error, on_retained)
     except UnsupportedTorch as error:
         print(f"[explainer] not installed: {error}", file=sys.stderr)
         return False
@@ -350,6 +314,7 @@ def uninstall() -> None:
     for target, attribute, original in _originals.values():
         setattr(target, attribute, original)
     _originals.clear()
+    _callbacks[:] = [None, None]
     if _step_hook_handle is not None:
         _step_hook_handle.remove()
         _step_hook_handle = None

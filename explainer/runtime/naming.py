@@ -8,15 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .hooks import is_internal_file
-
 MAX_DEPTH = 3
 MAX_ITEMS = 64
-MAX_FRAMES = 24
-
-_STDLIB_PREFIXES = tuple(
-    {p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p}
-)
 
 
 @dataclass
@@ -48,41 +41,6 @@ class Binding:
     def in_sequence(self) -> bool:
         """An element of a list or tuple (`memory[3]`, `hidden[0]`)."""
         return bool(self.steps) and self.steps[-1][0] == "item" and isinstance(self.steps[-1][1], int)
-
-
-def is_user_frame(frame) -> bool:
-    filename = frame.f_code.co_filename
-    if is_internal_file(filename):
-        return False
-    if filename.startswith("<frozen"):
-        return False
-    if filename.startswith(_STDLIB_PREFIXES) and "site-packages" not in filename:
-        return False
-    if "site-packages" in filename and not filename.endswith(".py"):
-        return False
-    name = frame.f_globals.get("__name__", "")
-    return not (name.startswith(("IPython.", "ipykernel.", "runpy", "explainer.")))
-
-
-def user_frames(frame) -> list:
-    """User frames from `frame` outwards (innermost first)."""
-    frames = []
-    while frame is not None and len(frames) < MAX_FRAMES:
-        if is_user_frame(frame):
-            frames.append(frame)
-        frame = frame.f_back
-    return frames
-
-
-def frames_of_traceback(tb) -> list:
-    """User frames of a traceback, innermost first (for post-mortem explanations)."""
-    frames = []
-    while tb is not None:
-        if is_user_frame(tb.tb_frame):
-            frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    frames.reverse()
-    return frames
 
 
 def _skippable(name: str, value) -> bool:

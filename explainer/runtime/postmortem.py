@@ -6,18 +6,18 @@ import ast
 
 import torch
 
-from .. import source as src
 from ..model import Finding
-from . import analysis, journal, naming
+from ..reading import source as src
+from . import analysis, journal, records
 from .errors import kind_of
-from .hooks import BackwardCall
+from .records import BackwardCall
 
 
 def explain(error: BaseException) -> Finding | None:
     known = journal.finding_for(error)
     if known is not None or kind_of(error) is None:
         return known
-    frames = naming.frames_of_traceback(error.__traceback__)
+    frames = records.frames_of_traceback(error.__traceback__)
     try:
         if not frames:
             return None

@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import source as src
 from ..fixes.edits import apply_edits
 from ..model import Fix
+from ..reading import source as src
+from ..reading.notebook import Notebook, NotebookError, without_unparseable_cells
 from .diagnostic import Diagnostic
 from .module import CheckedModule
-from .notebook import Notebook, NotebookError, without_unparseable_cells
 from .rules import RULES
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)

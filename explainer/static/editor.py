@@ -12,10 +12,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from ..model import Fix, Location, edits_from_json
+from ..reading.notebook import Notebook, NotebookError, without_unparseable_cells
 from .check import apply_safe_fixes, check_text
 from .diagnostic import Diagnostic
 from .module import DOCS
-from .notebook import Notebook, NotebookError, without_unparseable_cells
 from .rules import BY_CODE
 
 RUNTIME_DOCS = (DOCS / "runtime.md").as_uri()

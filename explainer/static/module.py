@@ -5,9 +5,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import source as src
 from ..fixes.edits import node_end, node_start
 from ..model import Fix
+from ..reading import source as src
 from .diagnostic import Diagnostic
 
 DOCS = Path(__file__).resolve().parent / "docs"

@@ -8,62 +8,43 @@ variables of these functions and is gone when they return.
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from ...model import Finding
-from .. import graph, journal, naming
+from .. import graph, journal, records
 from ..errors import inplace_detail, kind_of
-from ..hooks import BackwardCall
+from ..records import BackwardCall
 from .context import Context
 from .growth import explain_graph_growth
 from .inplace import explain_inplace
 from .no_grad import explain_no_grad
 from .second_backward import explain_second_backward
 
-NOTE_PREFIX = "[explainer]"
 
-class GraphGrowthWarning(UserWarning):
-    """A graph kept alive with retain_graph=True reaches back into earlier iterations."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Entry points called by the hooks
-
-
-def explain_and_note(error, call, roots, caller, calls, steps) -> None:
+def explain_error(error, call: BackwardCall, roots, caller, calls, steps) -> Finding | None:
+    """The finding for an autograd error that escaped the backward call `call` (made from the
+    frame `caller`), recorded in the journal; None for an error this project does not explain."""
     frames = []
     try:
-        frames = naming.user_frames(caller)
+        frames = records.user_frames(caller)
         finding = explain(error, call, roots, frames, calls, steps)
         if finding is not None:
             journal.record_error(error, finding)
-            from ...render.text import render_note
-
-            error.add_note(render_note(finding))
-    except Exception as internal:  # the user's error must stand, whatever happens here
-        error.add_note(f"{NOTE_PREFIX} could not explain this error ({type(internal).__name__}: "
-                       f"{internal}); the error above is PyTorch's own.")
+        return finding
     finally:
         frames.clear()
 
 
-def warn_if_graph_grows(call, roots, caller, calls, steps) -> bool:
+def explain_retained(call: BackwardCall, roots, caller, calls, steps) -> Finding | None:
+    """The finding for a call with retain_graph=True whose graph reaches into earlier
+    iterations (recorded in the journal), or None."""
     frames = []
     try:
-        frames = naming.user_frames(caller)
+        frames = records.user_frames(caller)
         finding = explain_growth(call, roots, frames, calls, steps)
-        if finding is None:
-            return False
-        journal.record_warning(finding)
-        from ...render.text import render_note
-
-        warnings.warn_explicit(GraphGrowthWarning(render_note(finding)), GraphGrowthWarning,
-                               call.filename, call.row)
-        return True
-    except Exception:
-        return False
+        if finding is not None:
+            journal.record_warning(finding)
+        return finding
     finally:
         frames.clear()
 
@@ -94,5 +75,3 @@ def _as_tensors(roots) -> list:
         return [t for t in roots if isinstance(t, torch.Tensor)]
     except TypeError:
         return []
-
-

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from ... import source as src
 from ...model import CallSite, Culprit, Location
+from ...reading import source as src
 from .. import graph, naming
-from ..hooks import BackwardCall, StepCall
+from ..records import BackwardCall, StepCall
 
 
 @dataclass

@@ -6,13 +6,13 @@ import ast
 import math
 import os
 
-from ... import source as src
 from ...fixes import graph_options, out_of_place, recompute_forward
 from ...fixes.edits import delete_lines, insert_lines_after, node_start, statement_text
 from ...model import Culprit, Finding, Fix, Location
+from ...reading import source as src
 from .. import graph, naming
 from ..errors import InplaceDetail, versions_sentence
-from ..hooks import StepCall
+from ..records import StepCall
 from .advice import RETAIN_GRAPH_AFTER_STEP, RETAIN_GRAPH_NOT_THE_CAUSE
 from .context import Candidate, Located, _call_in, _reaching, class_source
 from .inplace_in_module import explain_inplace_in_module

@@ -8,10 +8,10 @@ import ast
 import os
 import re
 
-from ... import source as src
 from ...fixes import out_of_place
 from ...fixes.edits import node_start, replace
 from ...model import Culprit, Finding, Fix
+from ...reading import source as src
 from .. import naming
 from ..errors import InplaceDetail, versions_sentence
 from .advice import RETAIN_GRAPH_NOT_THE_CAUSE

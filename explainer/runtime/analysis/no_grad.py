@@ -7,11 +7,11 @@ import os
 
 import torch
 
-from ... import source as src
 from ...fixes import undo_cut
 from ...fixes.edits import node_start
 from ...model import Culprit, Finding, Fix
-from ...static.training import called_without_graph
+from ...reading import source as src
+from ...reading.training import called_without_graph
 from .context import _call_in
 
 

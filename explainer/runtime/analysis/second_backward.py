@@ -7,7 +7,6 @@ import os
 
 import torch
 
-from ... import source as src
 from ...fixes import (
     accumulate_item,
     constant_data,
@@ -23,9 +22,10 @@ from ...fixes import (
 )
 from ...fixes.edits import node_start
 from ...model import Culprit, Finding, Fix, Location
-from ...static.dataflow import ancestors
+from ...reading import source as src
+from ...reading.dataflow import ancestors
 from .. import graph
-from ..hooks import BackwardCall
+from ..records import BackwardCall
 from .advice import RETAIN_GRAPH_AFTER_STEP, RETAIN_GRAPH_GROWS
 from .context import Candidate, Located, _call_in, _shares_history
 

@@ -40,12 +40,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import detach_carried
-from .. import dataflow
-from ..diagnostic import Diagnostic
-from ..module import CheckedModule
-from ..training import (
+from ...reading import dataflow
+from ...reading import source as src
+from ...reading.training import (
     backward_roots,
     carried_across_passes,
     detached_in,
@@ -58,6 +56,8 @@ from ..training import (
     training_loops,
     under_no_grad,
 )
+from ..diagnostic import Diagnostic
+from ..module import CheckedModule
 
 CODE = "BX001"
 NAME = "carried-state"

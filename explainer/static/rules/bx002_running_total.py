@@ -32,11 +32,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import accumulate_item
+from ...reading import source as src
+from ...reading.training import cuts_history, has_history, is_backward_call, training_loops, under_no_grad
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import cuts_history, has_history, is_backward_call, training_loops, under_no_grad
 
 CODE = "BX002"
 NAME = "running-total"

@@ -29,12 +29,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes.edits import replace
 from ...model import Fix
+from ...reading import source as src
+from ...reading.training import training_loops
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import training_loops
 
 CODE = "BX003"
 NAME = "discarded-detach"

@@ -42,12 +42,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import constant_data, detach_peer_reads, move_into_loop
-from .. import dataflow
-from ..diagnostic import Diagnostic
-from ..module import CheckedModule
-from ..training import (
+from ...reading import dataflow
+from ...reading import source as src
+from ...reading.training import (
     backward_roots,
     flows_into_backward,
     has_history,
@@ -58,6 +56,8 @@ from ..training import (
     training_loops,
     under_no_grad,
 )
+from ..diagnostic import Diagnostic
+from ..module import CheckedModule
 
 CODE = "BX004"
 NAME = "made-once"

@@ -43,11 +43,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import detach_carried, empty_container
-from ..diagnostic import Diagnostic
-from ..module import CheckedModule
-from ..training import (
+from ...reading import source as src
+from ...reading.training import (
     backward_inputs,
     backward_roots,
     cuts_history,
@@ -56,6 +54,8 @@ from ..training import (
     operand_reads,
     training_loops,
 )
+from ..diagnostic import Diagnostic
+from ..module import CheckedModule
 
 CODE = "BX005"
 NAME = "stored-history"

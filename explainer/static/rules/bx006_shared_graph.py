@@ -40,9 +40,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
-from ..dataflow import (
+from ...reading import source as src
+from ...reading.dataflow import (
     Ancestor,
     Backward,
     ancestor_keys,
@@ -53,9 +53,9 @@ from ..dataflow import (
     shared_ancestor,
     steps,
 )
+from ...reading.training import has_history, scopes
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import has_history, scopes
 
 CODE = "BX006"
 NAME = "shared-graph"

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 from ...fixes import graph_options, recompute_forward
 from ...model import Fix
-from ..dataflow import (
+from ...reading.dataflow import (
     RETAIN_KEYWORDS,
     Ancestor,
     Backward,
@@ -52,9 +52,9 @@ from ..dataflow import (
     same_pass,
     steps,
 )
+from ...reading.training import scopes
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import scopes
 
 CODE = "BX007"
 NAME = "step-before-backward"

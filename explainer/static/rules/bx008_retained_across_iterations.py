@@ -38,13 +38,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import detach_carried, graph_options, move_into_loop
 from ...model import Fix
-from ..dataflow import Ancestor, ancestors, backward_calls, carries_history
+from ...reading import source as src
+from ...reading.dataflow import Ancestor, ancestors, backward_calls, carries_history
+from ...reading.training import carried_across_passes, training_loops
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import carried_across_passes, training_loops
 
 CODE = "BX008"
 NAME = "retained-across-iterations"

@@ -30,12 +30,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import undo_cut
-from ..dataflow import Ancestor, ancestors, backward_calls
+from ...reading import source as src
+from ...reading.dataflow import Ancestor, ancestors, backward_calls
+from ...reading.training import called_without_graph, cuts_history, has_history, scopes, under_no_grad
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import called_without_graph, cuts_history, has_history, scopes, under_no_grad
 
 CODE = "BX009"
 NAME = "loss-without-history"

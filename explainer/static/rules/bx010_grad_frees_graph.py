@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ... import source as src
 from ...fixes import graph_options
-from ..dataflow import ancestors, backward_calls, same_pass, shared_ancestor
+from ...reading import source as src
+from ...reading.dataflow import ancestors, backward_calls, same_pass, shared_ancestor
+from ...reading.training import scopes
 from ..diagnostic import Diagnostic
 from ..module import CheckedModule
-from ..training import scopes
 
 CODE = "BX010"
 NAME = "grad-frees-graph"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from .. import source as src
 from . import jedi_types
+from . import source as src
 
 # Calls whose result never carries autograd history.
 CUTS = {"detach", "detach_", "item", "tolist", "numpy", "float", "int", "bool", "len", "str", "range",

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
-from .. import source as src
 from ..model import Edit, Fix, Location
-from .diagnostic import Diagnostic
+
+D = TypeVar("D")  # a diagnostic: a dataclass with location, end_location, fix and cell
+from . import source as src
 
 _BOUNDARY = "# explainer: code cell {number} ({token})\n"
 _BOUNDARY_LINE = re.compile(r"^# explainer: code cell (\d+) \((\w+)\)$")
@@ -93,7 +95,7 @@ class Notebook:
         """The source lines of the notebook's cell number `cell`, as stored."""
         return _cell_lines(self.document["cells"][cell - 1])
 
-    def to_cells(self, diagnostic: Diagnostic) -> Diagnostic:
+    def to_cells(self, diagnostic: D) -> D:
         cell, row = self.cell_of(diagnostic.location.row)
         end_cell, end_row = self.cell_of(diagnostic.end_location.row)
         end = Location(end_row, diagnostic.end_location.column) if end_cell == cell else \

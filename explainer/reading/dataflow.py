@@ -6,7 +6,7 @@ import ast
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from .. import source as src
+from . import source as src
 from .training import cuts_history, has_history, is_backward_call, is_leaf_like, is_module, under_no_grad
 
 # Receivers whose attributes are library functions, not values (`torch.cat`, `F.relu`).

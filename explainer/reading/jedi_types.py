@@ -18,7 +18,7 @@ import functools
 import os
 from pathlib import Path
 
-from .. import source as src
+from . import source as src
 
 _PROBE = "__explainer_probe__"
 _ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")

@@ -1,0 +1,100 @@
+"""What the hooks record, and whose code a frame runs.
+
+The hooks, the analysis and the front-ends all ask "is this frame the user's?": the answer is
+written here once. Importing this module does not import torch (`explainer run` asks before the
+script has imported it).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import weakref
+from typing import NamedTuple
+
+
+def _torch_dir() -> str:
+    spec = importlib.util.find_spec("torch") if "torch" not in sys.modules else sys.modules["torch"].__spec__
+    origin = spec.origin if spec is not None and spec.origin else ""
+    return os.path.dirname(origin) + os.sep if origin else os.sep + "<no torch>" + os.sep
+
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+TORCH_DIR = _torch_dir()
+# Frames of these files are torch's or ours, never the user's.
+INTERNAL = (TORCH_DIR, PACKAGE_DIR)
+_STDLIB_PREFIXES = tuple({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p})
+_FRONT_END_MODULES = ("IPython.", "ipykernel.", "runpy", "explainer.")
+
+
+class BackwardCall(NamedTuple):
+    """One recorded backward / autograd.grad call. `mark` is the next autograd sequence number
+    at the call: every node created before the call has a smaller one."""
+
+    tick: int
+    mark: int
+    root_ids: tuple[int, ...]
+    filename: str
+    row: int
+    retain_graph: bool
+    create_graph: bool
+    api: str
+
+
+class StepCall(NamedTuple):
+    """One recorded optimizer step (or a hand-written update read from the source as one)."""
+
+    tick: int
+    mark: int
+    optimizer: weakref.ref
+    filename: str
+    row: int
+
+
+def is_internal_file(filename: str) -> bool:
+    """Torch's or this package's own source."""
+    return filename.startswith(INTERNAL)
+
+
+def outside_internal(frame):
+    """The first frame outside torch and this package, going outwards (the hooks' caller)."""
+    while frame is not None and frame.f_code.co_filename.startswith(INTERNAL):
+        frame = frame.f_back
+    return frame
+
+
+def is_user_frame(frame) -> bool:
+    """Code the user wrote: not torch's, ours, the standard library's, a compiled extension's or a
+    front-end's (IPython, runpy)."""
+    filename = frame.f_code.co_filename
+    if is_internal_file(filename) or filename.startswith("<frozen"):
+        return False
+    if filename.startswith(_STDLIB_PREFIXES) and "site-packages" not in filename:
+        return False
+    if "site-packages" in filename and not filename.endswith(".py"):
+        return False
+    return not frame.f_globals.get("__name__", "").startswith(_FRONT_END_MODULES)
+
+
+MAX_FRAMES = 24
+
+
+def user_frames(frame) -> list:
+    """The user's frames from `frame` outwards (innermost first), at most MAX_FRAMES."""
+    frames = []
+    while frame is not None and len(frames) < MAX_FRAMES:
+        if is_user_frame(frame):
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def frames_of_traceback(tb) -> list:
+    """The user's frames of a traceback, innermost first (for post-mortem explanations)."""
+    frames = []
+    while tb is not None:
+        if is_user_frame(tb.tb_frame):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    frames.reverse()
+    return frames
