@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from lsp_latency import training_file  # noqa: E402
 from lsp_wire import WireClient  # noqa: E402
 
-from explainer.static import editor  # noqa: E402
+from explainer import editor  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 FIX = ".detach()"

@@ -78,13 +78,13 @@ def check(paths: list[str], output: str, select, ignore, fix: bool = False) -> i
 
 
 def show_rule(code: str) -> int:
-    from .static.rules import BY_CODE
+    from .causes import BY_CODE
 
-    rule = BY_CODE.get(code.upper())
-    if rule is None:
+    cause = BY_CODE.get(code.upper())
+    if cause is None:
         print(f"explainer: unknown rule {code!r}; known: {', '.join(sorted(BY_CODE))}", file=sys.stderr)
         return 2
-    print(rule.__doc__.strip())
+    print(cause.doc_page().rstrip("\n"))
     return 0
 
 

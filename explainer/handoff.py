@@ -19,13 +19,26 @@ import linecache
 import os
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .model import Finding
+from .model import Finding, Fix, MalformedFinding
 
 FILE = Path(".explainer") / "findings.json"
 VERSION = 1
 _MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run's findings: `run` is the script's path, or `ipython:<pid>`; `cells` holds the
+    source of the kernel cells its culprits are in, by their file name."""
+
+    run: str
+    findings: tuple[Finding, ...]
+    cells: Mapping[str, str]
+    written: float = 0.0
 
 
 def project_root(start: str | os.PathLike) -> Path:
@@ -47,10 +60,10 @@ def publish(run: str, findings: list[Finding], where: str | os.PathLike | None =
         return None
     try:
         path = project_root(where or os.getcwd()) / FILE
-        entries = [e for e in read(path) if e.get("run") != run]
+        entries = [_entry_json(e) for e in read(path) if e.run != run]
         if findings:
             entries.append({"run": run, "written": time.time(),
-                            "findings": [_absolute_paths(f.to_json()) for f in findings],
+                            "findings": [_with_absolute_paths(f).to_json() for f in findings],
                             "cells": _cell_sources(findings)})
         elif not path.exists():
             return None  # nothing to clear, and no reason to create the folder
@@ -68,61 +81,54 @@ def publish(run: str, findings: list[Finding], where: str | os.PathLike | None =
         return None
 
 
-def read(path: str | os.PathLike) -> list[dict]:
+def read(path: str | os.PathLike) -> list[Entry]:
     """The well-formed entries of a findings file; [] for a missing or unreadable one.
 
     The file sits in the workspace, so anyone who can commit to the repository can write it. An
-    entry is kept only if it has the shape `publish` writes and every file it names (culprits,
-    fix edits) is inside the project, or is one of the entry's own kernel cells: an editor
-    applying its quick fix can then never touch a file outside the workspace."""
+    entry is kept only if each of its findings reads as `Finding.from_json` expects and every
+    file it names (culprits, fix edits) is inside the project, or is one of the entry's own
+    kernel cells: an editor applying its quick fix can then never touch a file outside the
+    workspace."""
     try:
         document = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return []
-    entries = document.get("entries") if isinstance(document, dict) else None
-    if not isinstance(entries, list):
+    raw = document.get("entries") if isinstance(document, dict) else None
+    if not isinstance(raw, list):
         return []
     root = Path(path).resolve().parent.parent
-    return [e for e in entries if isinstance(e, dict) and _well_formed(e) and _confined(e, root)]
+    entries = []
+    for item in raw:
+        entry = _entry(item)
+        if entry is not None and _confined(entry, root):
+            entries.append(entry)
+    return entries
 
 
-def _well_formed(entry: dict) -> bool:
-    def location(value) -> bool:
-        return isinstance(value, dict) and all(type(value.get(k)) is int for k in ("row", "column"))
-
-    def text(*values) -> bool:
-        return all(isinstance(v, str) for v in values)
-
-    cells = entry.get("cells", {})
-    findings = entry.get("findings")
-    if not (isinstance(cells, dict) and all(text(k, v) for k, v in cells.items()) and isinstance(findings, list)):
-        return False
-    for finding in findings:
-        if not (isinstance(finding, dict) and text(finding.get("kind"), finding.get("message"))):
-            return False
-        culprits, fixes = finding.get("culprits", []), finding.get("fixes", [])
-        if not (isinstance(culprits, list) and isinstance(fixes, list)):
-            return False
-        for culprit in culprits:
-            if not (isinstance(culprit, dict) and text(culprit.get("filename"), culprit.get("name", ""),
-                                                         culprit.get("source_line") or "")
-                    and location(culprit.get("location"))):
-                return False
-        for fix in fixes:
-            edits = fix.get("edits") if isinstance(fix, dict) else None
-            if not (isinstance(edits, list) and text(fix.get("message"), fix.get("applicability"))):
-                return False
-            if not all(isinstance(e, dict) and text(e.get("filename"), e.get("content")) and location(e.get("location"))
-                       and location(e.get("end_location")) for e in edits):
-                return False
-    return True
+def _entry(item) -> Entry | None:
+    if not isinstance(item, dict) or not isinstance(item.get("run"), str):
+        return None
+    cells, findings = item.get("cells", {}), item.get("findings")
+    if not (isinstance(cells, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in cells.items())
+            and isinstance(findings, list)):
+        return None
+    try:
+        written = item.get("written", 0.0)
+        return Entry(item["run"], tuple(Finding.from_json(f) for f in findings), cells,
+                     written if isinstance(written, (int, float)) else 0.0)
+    except (MalformedFinding, RecursionError):
+        return None
 
 
-def _confined(entry: dict, root: Path) -> bool:
-    cells = entry.get("cells", {})
-    names = [c["filename"] for f in entry["findings"] for c in f.get("culprits", [])]
-    names += [e["filename"] for f in entry["findings"] for fix in f.get("fixes", []) for e in fix["edits"]]
-    return all(name in cells or _inside(name, root) for name in names)
+def _entry_json(entry: Entry) -> dict:
+    return {"run": entry.run, "written": entry.written, "findings": [f.to_json() for f in entry.findings],
+            "cells": dict(entry.cells)}
+
+
+def _confined(entry: Entry, root: Path) -> bool:
+    names = [f.filename for f in entry.findings] + [c.filename for f in entry.findings for c in f.culprits]
+    names += [e.filename for f in entry.findings for fix in f.fixes for e in fix.edits]
+    return all(name in entry.cells or _inside(name, root) for name in names)
 
 
 def _inside(name: str, root: Path) -> bool:
@@ -136,26 +142,24 @@ def _inside(name: str, root: Path) -> bool:
     return resolved == root or root in resolved.parents
 
 
-def _absolute_paths(finding: dict) -> dict:
+def _with_absolute_paths(finding: Finding) -> Finding:
     """File names as the editor knows them (a script run as `train.py` is recorded relative)."""
     def absolute(name: str) -> str:
         return os.path.abspath(name) if name and not name.startswith("<") and os.path.exists(name) else name
 
-    for culprit in finding.get("culprits", []):
-        culprit["filename"] = absolute(culprit["filename"])
-    for fix in finding.get("fixes", []):
-        for edit in fix.get("edits", []):
-            edit["filename"] = absolute(edit["filename"])
-    return finding
+    return replace(finding, filename=absolute(finding.filename),
+                   culprits=tuple(replace(c, filename=absolute(c.filename)) for c in finding.culprits),
+                   fixes=tuple(Fix(f.message, tuple(replace(e, filename=absolute(e.filename)) for e in f.edits),
+                                   f.applicability) for f in finding.fixes))
 
 
 def _cell_sources(findings: list[Finding]) -> dict[str, str]:
-    """Source of culprit files that exist only in linecache (IPython cells)."""
+    """Source of the files the findings point into that exist only in linecache (IPython cells)."""
     sources = {}
     for finding in findings:
-        for culprit in finding.culprits:
-            if culprit.filename not in sources and not os.path.isfile(culprit.filename):
-                lines = linecache.getlines(culprit.filename)
+        for filename in (finding.filename, *(c.filename for c in finding.culprits)):
+            if filename not in sources and not os.path.isfile(filename):
+                lines = linecache.getlines(filename)
                 if lines:
-                    sources[culprit.filename] = "".join(lines)
+                    sources[filename] = "".join(lines)
     return sources

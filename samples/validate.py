@@ -26,7 +26,7 @@ ROOT = manifest.HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from explainer.fixes.edits import apply_edits  # noqa: E402
-from explainer.model import edits_from_json  # noqa: E402
+from explainer.model import Fix  # noqa: E402
 
 
 def explain(script: Path, device: str, workdir: Path) -> tuple[int, list, float]:
@@ -44,7 +44,7 @@ def patched_copy(sample: manifest.Sample, fix: dict, workdir: Path) -> Path:
     folder = Path(tempfile.mkdtemp(dir=workdir))
     shutil.copy(manifest.HERE / "_device.py", folder)
     target = folder / sample.path.name
-    target.write_text(apply_edits(sample.path.read_text(), edits_from_json(fix)))
+    target.write_text(apply_edits(sample.path.read_text(), Fix.from_json(fix).edits))
     return target
 
 

@@ -38,6 +38,34 @@ def test_neovim_shows_the_diagnostic_and_applies_the_quick_fix(tmp_path, name, c
     assert script.read_text() == sample.path.read_text()
 
 
+@pytest.mark.skipif(NVIM is None, reason="needs nvim (scripts/setup.sh installs Debian's neovim)")
+def test_neovim_shows_one_diagnostic_for_a_bug_the_run_confirmed(tmp_path):
+    """After `explainer run` explained the sample's error, Neovim shows the bug once, at the
+    culprit line, marked as confirmed when it ran, with one quick fix (not the checker's
+    diagnostic and the runtime's side by side)."""
+    sample = SAMPLES["rnn_hidden_chunks"]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    script = tmp_path / "train.py"
+    shutil.copy(sample.path, script)
+    shutil.copy(sample.path.parent / "_device.py", tmp_path / "_device.py")
+    env = {**os.environ, "EXPLAINER_HANDOFF": "1"}
+    ran = subprocess.run([sys.executable, "-m", "explainer", "run", str(script)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1 and (tmp_path / ".explainer" / "findings.json").exists(), ran.stderr
+    out = tmp_path / "report.txt"
+    env.update(EXPLAINER_SERVER=str(Path(sys.executable).with_name("backward-explainer-lsp")), EXPLAINER_OUT=str(out),
+               EXPLAINER_EXPECT="confirmed when it ran")
+    subprocess.run([NVIM, "--headless", "--clean", "-c", f"luafile {ROOT / 'tests' / 'editors' / 'nvim_check.lua'}",
+                    str(script)], cwd=tmp_path, env=env, timeout=120, check=True, capture_output=True)
+    report = out.read_text().splitlines()
+    before = [line for line in report if line.startswith("before ")]
+    messages = [line for line in report if line.startswith("before-message ")]
+    assert before == [f"before {sample.culprit_row}:10 BX001 backward-explainer"], report
+    assert len(messages) == 1 and messages[0].endswith("(confirmed when it ran)"), report
+    assert "`loss.backward()` in the previous iteration freed that graph" in messages[0], report
+    assert "quickfixes 1" in report and any(line.startswith("applied Detach `hidden`") for line in report), report
+
+
 EMACS = shutil.which("emacs")
 HAS_EGLOT = bool(EMACS) and (any(Path("/usr/share/emacs/site-lisp/elpa").glob("eglot-*"))
                              or subprocess.run([EMACS, "--batch", "-Q", "--eval", "(require 'eglot)"],

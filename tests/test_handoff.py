@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 
 from explainer import handoff
-from explainer.model import Culprit, Finding, Location
+from explainer.model import CallSite, Culprit, Evidence, Finding, Location
 
 
 def finding(name: str, filename: str) -> Finding:
-    return Finding("second-backward", "error", f"`{name}` carries history.", "…",
-                   culprits=[Culprit(name, filename, Location(3, 5), "carried", "h = rnn(x, h)")])
+    backward = CallSite(filename, 4, "loss.backward()")
+    return Finding("BX001", "run-carried", filename, Location(3, 5), Location(3, 5 + len(name)),
+                   Evidence(name, backward=backward, freed_by=backward, advice="grows"),
+                   culprits=(Culprit(name, filename, Location(3, 5), "carried", "h = rnn(x, h)"),),
+                   kind="second-backward", origin="runtime")
 
 
 def test_entries_are_replaced_per_run_and_removed_by_a_clean_run(tmp_path, monkeypatch):
@@ -25,12 +28,15 @@ def test_entries_are_replaced_per_run_and_removed_by_a_clean_run(tmp_path, monke
     handoff.publish("other", [finding("g", str(script))], where=script.parent)
     handoff.publish(str(script), [finding("state", str(script))], where=script.parent)
     entries = handoff.read(path)
-    assert sorted(e["run"] for e in entries) == sorted(["other", str(script)])
-    mine = next(e for e in entries if e["run"] == str(script))
-    assert mine["findings"][0]["culprits"][0]["name"] == "state"
-    assert mine["findings"][0]["culprits"][0]["source_line"] == "h = rnn(x, h)"
+    assert sorted(e.run for e in entries) == sorted(["other", str(script)])
+    mine = next(e for e in entries if e.run == str(script))
+    assert mine.findings[0].culprits[0].name == "state"
+    assert mine.findings[0].culprits[0].source_line == "h = rnn(x, h)"
+    # What is read back is the finding that was written: the same facts, the same sentences.
+    assert mine.findings == (finding("state", str(script)),)
+    assert mine.findings[0].message == finding("state", str(script)).message
     handoff.publish(str(script), [], where=script.parent)
-    assert [e["run"] for e in handoff.read(path)] == ["other"]
+    assert [e.run for e in handoff.read(path)] == ["other"]
 
 
 def test_relative_culprit_paths_become_absolute(tmp_path, monkeypatch):
@@ -39,7 +45,8 @@ def test_relative_culprit_paths_become_absolute(tmp_path, monkeypatch):
     (tmp_path / "train.py").write_text("h = rnn(x, h)\n")
     path = handoff.publish("train.py", [finding("h", "train.py")])
     (entry,) = handoff.read(path)
-    assert entry["findings"][0]["culprits"][0]["filename"] == str(tmp_path / "train.py")
+    assert entry.findings[0].culprits[0].filename == str(tmp_path / "train.py")
+    assert entry.findings[0].filename == str(tmp_path / "train.py")
 
 
 def test_turned_off_or_failing_it_costs_nothing_or_one_line(tmp_path, monkeypatch, capsys):

@@ -5,8 +5,7 @@ import re
 
 import pytest
 
-from explainer import handoff
-from explainer.static import editor
+from explainer import editor, handoff
 from kernel_session import Kernel, strip_ansi
 
 pytestmark = pytest.mark.kernel
@@ -47,7 +46,7 @@ def test_extension_explains_a_buggy_cell_and_leaves_other_errors_alone(kernel):
     assert buggy.reply["content"]["ename"] == "RuntimeError"
     assert buggy.of_type("error") == []  # the explanation replaces the plain traceback output
     html = buggy.html()
-    assert "<b>second-backward</b>" in html
+    assert "<b>second-backward (BX001 carried-state)</b>" in html
     assert "<code>hidden</code>" in html
     assert "hidden.detach()" in html  # the fix, as a diff
     assert "%explain --apply" in html
@@ -136,19 +135,20 @@ def _hand_off_and_clear(kernel, findings):
     assert kernel.run("%load_ext explainer").status == "ok"
     pid = int(kernel.run("import os; print(os.getpid())").text().strip())
     assert kernel.run(RNN_CELL).status == "error"
-    (entry,) = [e for e in handoff.read(findings) if e["run"] == f"ipython:{pid}"]
-    (cell_source,) = entry["cells"].values()
+    (entry,) = [e for e in handoff.read(findings) if e.run == f"ipython:{pid}"]
+    (cell_source,) = entry.cells.values()
     assert cell_source.strip() == RNN_CELL.strip()
     # The editor's notebook has that cell (and another); the finding lands on its culprit line.
     other = "import math"
-    per_cell = editor.runtime_cell_diagnostics([entry], [other, RNN_CELL], "notebook.ipynb")
+    per_cell = editor.runtime_cell_findings([entry], [other, RNN_CELL], "notebook.ipynb")
     assert per_cell[0] == []
     (diagnostic,) = per_cell[1]
     culprit_row = RNN_CELL.splitlines().index("    out, hidden = model(torch.randn(2, 4, 3), hidden)") + 1
-    assert (diagnostic.code, diagnostic.cell, diagnostic.location.row) == ("second-backward", 2, culprit_row)
+    assert (diagnostic.code, diagnostic.kind, diagnostic.cell, diagnostic.location.row) == \
+        ("BX001", "second-backward", 2, culprit_row)
     # Edited in the editor: the finding no longer matches its line.
     edited = RNN_CELL.replace("model(torch.randn(2, 4, 3), hidden)", "model(torch.randn(2, 4, 3), hidden.detach())")
-    assert editor.runtime_cell_diagnostics([entry], [edited], "notebook.ipynb") == [[]]
+    assert editor.runtime_cell_findings([entry], [edited], "notebook.ipynb") == [[]]
     # Run clean in the kernel: the entry is gone.
     assert kernel.run(edited).status == "ok"
-    assert not [e for e in handoff.read(findings) if e["run"] == f"ipython:{pid}"]
+    assert not [e for e in handoff.read(findings) if e.run == f"ipython:{pid}"]

@@ -77,16 +77,20 @@ def change(client: LanguageClient, uri: str, version: int, text: str) -> None:
         content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)]))
 
 
-def open_notebook(client: LanguageClient, path, cells: list[str]) -> tuple[str, list[str]]:
-    """Open a notebook of code cells; its URI and its cells' URIs, spelled as VS Code (here
-    code-server) spells them: an authority and an escaped fragment."""
+def open_notebook(client: LanguageClient, path, cells: list[str],
+                  markdown: tuple[int, ...] = ()) -> tuple[str, list[str]]:
+    """Open a notebook (cells at the positions in `markdown` are markdown, the others code); its
+    URI and its cells' URIs, spelled as VS Code (here code-server) spells them: an authority and
+    an escaped fragment."""
     cell_uris = [f"vscode-notebook-cell://127.0.0.1:8765{path}#W{i}sdnNjb2RlLXJlbW90ZQ%3D%3D" for i in range(len(cells))]
+    kinds = [types.NotebookCellKind.Markup if i in markdown else types.NotebookCellKind.Code for i in range(len(cells))]
     client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
         notebook_document=types.NotebookDocument(
             uri=path.as_uri(), notebook_type="jupyter-notebook", version=1,
-            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=u) for u in cell_uris]),
-        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="python", version=1, text=t)
-                             for u, t in zip(cell_uris, cells)]))
+            cells=[types.NotebookCell(kind=k, document=u) for k, u in zip(kinds, cell_uris)]),
+        cell_text_documents=[types.TextDocumentItem(uri=u, language_id="markdown" if i in markdown else "python",
+                                                    version=1, text=t)
+                             for i, (u, t) in enumerate(zip(cell_uris, cells))]))
     return path.as_uri(), cell_uris
 
 
@@ -206,29 +210,31 @@ async def test_settings_from_the_client_and_bad_settings(client, workspace):
 
 
 async def test_notebook_cells_get_their_diagnostics_and_quick_fix(client, tmp_path):
-    cells = ["import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)",
+    # A markdown cell first, as Jupyter notebooks have: cells are numbered as the notebook shows
+    # them, so the quick fix of the third cell edits the third cell.
+    cells = ["# Truncated BPTT", "import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)",
              "%matplotlib inline\nfor step in range(3):\n    hidden = rnn(torch.randn(1, 3), hidden)\n"
              "    hidden.sum().backward()"]
-    _, cell_uris = open_notebook(client, tmp_path / "train.ipynb", cells)
-    second = await published(client, cell_uris[1], 1)
-    assert [(d.code, d.range.start.line, d.range.start.character) for d in second] == [("BX001", 2, 4)]
-    assert await published(client, cell_uris[0], 1) == []
+    _, cell_uris = open_notebook(client, tmp_path / "train.ipynb", cells, markdown=(0,))
+    third = await published(client, cell_uris[2], 1)
+    assert [(d.code, d.range.start.line, d.range.start.character) for d in third] == [("BX001", 2, 4)]
+    assert await published(client, cell_uris[1], 1) == []
     actions = await client.text_document_code_action_async(types.CodeActionParams(
-        text_document=types.TextDocumentIdentifier(uri=cell_uris[1]), range=second[0].range,
-        context=types.CodeActionContext(diagnostics=second)))
+        text_document=types.TextDocumentIdentifier(uri=cell_uris[2]), range=third[0].range,
+        context=types.CodeActionContext(diagnostics=third)))
     (quick_fix,) = [a for a in actions if a.kind == types.CodeActionKind.QuickFix]
-    assert list(quick_fix.edit.changes) == [cell_uris[1]]
-    assert "hidden.detach())" in apply_text_edits(cells[1], quick_fix.edit.changes[cell_uris[1]])
+    assert list(quick_fix.edit.changes) == [cell_uris[2]]
+    assert "hidden.detach())" in apply_text_edits(cells[2], quick_fix.edit.changes[cell_uris[2]])
 
     # A settings change re-checks the notebook as one module, not each cell on its own (alone,
-    # the second cell has no `rnn` and nothing to flag).
+    # the loop cell has no `rnn` and nothing to flag).
     client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         settings={"backwardExplainer": {"severity": "error"}}))
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and [d.severity for d in client.diagnostics[cell_uris[1]]] != [1]:
+    while time.monotonic() < deadline and [d.severity for d in client.diagnostics[cell_uris[2]]] != [1]:
         await asyncio.sleep(0.02)
     await asyncio.sleep(0.3)
-    assert [(d.code, d.severity) for d in client.diagnostics[cell_uris[1]]] == [("BX001", 1)]
+    assert [(d.code, d.severity) for d in client.diagnostics[cell_uris[2]]] == [("BX001", 1)]
 
 
 async def source_actions(client, uri: str, only: list[str]) -> list[types.CodeAction]:
@@ -337,40 +343,51 @@ def test_jupyterlab_lsp_discovers_the_spec():
     json.dumps(spec)
 
 
-async def test_a_script_explained_at_runtime_shows_its_finding_until_it_runs_clean(client, tmp_path, workspace):
+async def test_a_bug_explained_at_runtime_is_one_diagnostic_confirmed_until_it_runs_clean(client, tmp_path,
+                                                                                         workspace):
+    """The README's two commands in a row: `explainer run` on the sample, then the editor. The
+    checker's BX001 and the runtime's explanation of the same bug are one diagnostic at the
+    culprit line, marked as confirmed when it ran, with one quick fix."""
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     sample = workspace.sample("rnn_hidden_chunks")
     script = tmp_path / "train.py"
     script.write_text(sample.path.read_text())
     shutil.copy(ROOT / "samples" / "_device.py", tmp_path / "_device.py")
     uri = open_file(client, script)
-    await published(client, uri, 1)
+    assert [d.code for d in await published(client, uri, 1)] == ["BX001"]
     env = {**os.environ, "EXPLAINER_HANDOFF": "1"}
     ran = subprocess.run([sys.executable, "-m", "explainer", "run", str(script)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 1 and (tmp_path / ".explainer" / "findings.json").exists()
 
-    def runtime():
-        return [d for d in client.diagnostics.get(uri, []) if d.code == "second-backward"]
+    def confirmed():
+        return [d for d in client.diagnostics.get(uri, []) if d.message.endswith("(confirmed when it ran)")]
 
     deadline = time.monotonic() + 20
-    while not runtime() and time.monotonic() < deadline:
+    while not confirmed() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    (finding,) = runtime()
-    assert finding.range.start.line == sample.culprit_row - 1 and "hidden" in finding.message
+    (finding,) = client.diagnostics[uri]
+    assert confirmed() == [finding] and finding.code == "BX001" and finding.range.start.line == sample.culprit_row - 1
+    assert "`loss.backward()` in the previous iteration freed that graph" in finding.message
+    assert finding.code_description.href.endswith("BX001.md")
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), range=finding.range,
         context=types.CodeActionContext(diagnostics=[finding], only=[types.CodeActionKind.QuickFix])))
-    runtime_fix = [a for a in actions if a.diagnostics and a.diagnostics[0].code == "second-backward"]
-    assert runtime_fix and "detach" in apply_text_edits(script.read_text(), runtime_fix[0].edit.changes[uri])
+    (quick_fix,) = actions
+    fixed = apply_text_edits(script.read_text(), quick_fix.edit.changes[uri])
+    assert "model(x, hidden.detach())" in fixed
+    hover = await client.text_document_hover_async(types.HoverParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=finding.range.start))
+    assert hover.contents.value.startswith("**BX001 carried-state**") and "Confirmed when it ran" in hover.contents.value
 
     # The user fixes the script on disk and runs it again: the entry goes, and so does the finding.
-    fixed = apply_text_edits(script.read_text(), runtime_fix[0].edit.changes[uri])
     script.write_text(fixed)
+    change(client, uri, 2, fixed)
     ran = subprocess.run([sys.executable, "-m", "explainer", "run", str(script)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr
+    assert await published(client, uri, 2) == []
     deadline = time.monotonic() + 20
-    while runtime() and time.monotonic() < deadline:
+    while json.loads((tmp_path / ".explainer" / "findings.json").read_text())["entries"] and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    assert not runtime()
+    assert json.loads((tmp_path / ".explainer" / "findings.json").read_text())["entries"] == []

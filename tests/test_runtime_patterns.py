@@ -8,7 +8,7 @@ import pytest
 
 from explainer.fixes.edits import apply_edits
 from explainer.fixes.out_of_place import out_of_place
-from explainer.model import edits_from_json
+from explainer.model import Fix
 from explainer.reading import source as src
 
 A2C = """
@@ -453,7 +453,7 @@ def test_pattern_is_explained_and_fixes_0_runs_clean(name, explain_run, tmp_path
     assert (culprit["name"], culprit["location"]["row"]) == (culprit_name, culprit_row), finding["message"]
 
     patched = tmp_path / "patched.py"
-    patched.write_text(apply_edits(code, edits_from_json(finding["fixes"][0])))
+    patched.write_text(apply_edits(code, Fix.from_json(finding["fixes"][0]).edits))
     after = explain_run(patched)
     assert (after.returncode, after.findings) == (0, []), after.stderr
 
@@ -529,7 +529,7 @@ def test_a_value_made_in_a_helper_is_not_moved_out_of_it(explain_run, tmp_path):
     culprit = finding["culprits"][0]
     assert (culprit["name"], culprit["location"]["row"]) == ("self.reg_loss", 11)
     for fix in finding["fixes"]:
-        compile(apply_edits(code, edits_from_json(fix)), "train.py", "exec")
+        compile(apply_edits(code, Fix.from_json(fix).edits), "train.py", "exec")
         assert all(e["location"]["row"] != 11 or e["content"] for e in fix["edits"]), fix["message"]
 
 
@@ -557,7 +557,7 @@ def test_every_fix_for_the_shared_advantage_runs(explain_run, tmp_path):
     assert "value = critic(s).squeeze(-1)" in fixes[1]["edits"][0]["content"]
     for index, fix in enumerate(fixes):
         patched = tmp_path / f"patched{index}.py"
-        patched.write_text(apply_edits(code, edits_from_json(fix)))
+        patched.write_text(apply_edits(code, Fix.from_json(fix).edits))
         after = explain_run(patched)
         assert (after.returncode, after.findings) == (0, []), (fix["message"], after.stderr)
 

@@ -9,7 +9,7 @@ import pytest
 import manifest
 from _device import DEVICE
 from explainer.fixes.edits import apply_edits
-from explainer.model import edits_from_json
+from explainer.model import Finding, Fix
 
 BUGGY = [s for s in manifest.samples() if s.kind != "none"]
 CLEAN = [s for s in manifest.samples() if s.kind == "none"]
@@ -35,6 +35,8 @@ def test_buggy_sample_is_explained_and_fixes_0_runs_clean(sample, explain_run, t
     assert culprit["location"]["row"] == sample.culprit_row
     assert culprit["filename"] == str(sample.path)
     assert "[explainer]" in run.stderr
+    # The JSON is the Finding, whole: an editor reading it back gets the same facts and sentences.
+    assert Finding.from_json(finding).to_json() == finding
 
     fix = finding["fixes"][0]
     assert fix["applicability"] == "safe"
@@ -42,7 +44,7 @@ def test_buggy_sample_is_explained_and_fixes_0_runs_clean(sample, explain_run, t
     patched = tmp_path / "patched" / sample.path.name
     patched.parent.mkdir()
     shutil.copy(sample.path.parent / "_device.py", patched.parent)
-    patched.write_text(apply_edits(sample.path.read_text(), edits_from_json(fix)))
+    patched.write_text(apply_edits(sample.path.read_text(), Fix.from_json(fix).edits))
     after = explain_run(patched)
     assert (after.returncode, after.findings) == (0, []), after.stderr
 

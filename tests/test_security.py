@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from lsp_wire import WireClient
 
-from explainer import handoff
-from explainer.static import editor
+from explainer import editor, handoff
+from explainer.model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
 from lsp_server.jupyterlab import spec
 
 BIN = Path(sys.executable).parent
@@ -150,13 +150,15 @@ def test_explainer_run_executes_only_the_named_script(workspace):
 
 
 def entry_naming(culprit_file: str, edit_file: str) -> dict:
-    return {"run": "train.py", "written": 0, "cells": {}, "findings": [{
-        "kind": "second-backward", "message": "m",
-        "culprits": [{"name": "hidden", "filename": culprit_file, "location": {"row": 9, "column": 5},
-                      "source_line": "    hidden = model(hidden)"}],
-        "fixes": [{"message": "detach", "applicability": "safe", "edits": [{
-            "filename": edit_file, "content": "hidden.detach()",
-            "location": {"row": 9, "column": 20}, "end_location": {"row": 9, "column": 26}}]}]}]}
+    """A findings-file entry as `explainer run` writes it, naming these files."""
+    backward = CallSite(culprit_file, 10, "loss.backward()")
+    edit = Edit(edit_file, "hidden.detach()", Location(9, 20), Location(9, 26))
+    finding = Finding("BX001", "run-carried", culprit_file, Location(9, 5), Location(9, 11),
+                      Evidence("hidden", backward=backward, freed_by=backward, advice="grows"),
+                      (Fix("detach", (edit,)),),
+                      (Culprit("hidden", culprit_file, Location(9, 5), "carried", "    hidden = model(hidden)"),),
+                      kind="second-backward", origin="runtime")
+    return {"run": "train.py", "written": 0, "cells": {}, "findings": [finding.to_json()]}
 
 
 def test_findings_file_naming_files_outside_the_workspace_is_rejected(workspace, tmp_path):
@@ -173,17 +175,26 @@ def test_findings_file_naming_files_outside_the_workspace_is_rejected(workspace,
     findings.parent.mkdir()
     findings.write_text(json.dumps({"version": handoff.VERSION, "entries": entries}))
     kept = handoff.read(findings)
-    assert [e["findings"][0]["culprits"][0]["filename"] for e in kept] == [inside, "train.py"]
+    assert [e.findings[0].culprits[0].filename for e in kept] == [inside, "train.py"]
     # What the editor shows for the outside file: nothing, so no quick fix can edit it.
-    assert editor.runtime_diagnostics(handoff.read(findings), str(outside), TRAIN) == []
-    assert len(editor.runtime_diagnostics(kept, inside, TRAIN)) == 1
+    assert editor.runtime_findings(handoff.read(findings), str(outside), TRAIN) == []
+    assert len(editor.runtime_findings(kept, inside, TRAIN)) == 1
+
+
+def broken(change) -> dict:
+    """A well-formed findings file, `change`d in one place."""
+    entry = entry_naming("train.py", "train.py")
+    change(entry["findings"][0])
+    return {"entries": [entry]}
 
 
 @pytest.mark.parametrize("broken", [
-    {"entries": [{"findings": [{"kind": 1, "message": "m"}]}]},
-    {"entries": [{"findings": [{"kind": "k", "message": "m", "culprits": [{"filename": "train.py",
-                                                                          "location": {"row": "9"}}]}]}]},
-    {"entries": [{"findings": [{"kind": "k", "message": "m", "fixes": [{"edits": "x"}]}]}]},
+    broken(lambda f: f.update(kind=1)), broken(lambda f: f.update(code="BX999")),
+    broken(lambda f: f.update(variant="no-such-message")),
+    broken(lambda f: f["culprits"][0].update(location={"row": "9"})),
+    broken(lambda f: f["fixes"][0].update(edits="x")),
+    broken(lambda f: f["evidence"].update(facts={"value": [1, 2]})),
+    broken(lambda f: f["evidence"].update(advice="whatever")),
     {"entries": [{"findings": "x"}]}, {"entries": {"a": 1}}, ["entries"], "null",
 ])
 def test_malformed_findings_are_dropped_and_the_server_keeps_checking(workspace, broken):

@@ -7,7 +7,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from . import source as src
-from .training import cuts_history, has_history, is_backward_call, is_leaf_like, is_module, under_no_grad
+from .training import Backward, cuts_history, has_history, is_leaf_like, is_module, under_no_grad
 
 # Receivers whose attributes are library functions, not values (`torch.cat`, `F.relu`).
 _LIBRARIES = {"torch", "F", "nn", "np", "numpy", "math", "functional"}
@@ -150,67 +150,6 @@ def _root_name(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
-
-
-@dataclass(frozen=True)
-class Backward:
-    """One `x.backward(...)`, `torch.autograd.backward(x)` or `torch.autograd.grad(x, ...)`."""
-
-    call: ast.Call
-    root: ast.expr
-    api: str  # "backward" or "grad"
-
-    @property
-    def line(self) -> int:
-        return self.call.lineno
-
-    @property
-    def statement(self) -> ast.stmt:
-        return src.statement_of(self.call)
-
-    def keyword(self, name: str) -> ast.keyword | None:
-        return next((k for k in self.call.keywords if k.arg == name), None)
-
-    def frees_graph(self) -> bool:
-        """Neither retain_graph nor create_graph is passed, or both are a literal False."""
-        for name in _KEEPS_GRAPH:
-            keyword = self.keyword(name)
-            if keyword is not None and not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False):
-                return False
-        positional = 2 if self.api == "backward" else 3  # (gradient, retain_graph) / (outputs, inputs, grad_outputs, retain_graph)
-        return len(self.call.args) <= positional
-
-    def retains_graph(self) -> bool:
-        """retain_graph=True or create_graph=True, literally."""
-        return any(isinstance(k.value, ast.Constant) and k.value.value is True
-                   for k in self.call.keywords if k.arg in _KEEPS_GRAPH)
-
-
-# `retain_variables` is retain_graph's name before PyTorch 0.4, still in old tutorials: the
-# author meant to keep the graph, and the bug to report is what happens after that.
-RETAIN_KEYWORDS = ("retain_graph", "retain_variables")
-_KEEPS_GRAPH = (*RETAIN_KEYWORDS, "create_graph")
-
-
-def backward_calls(scope: ast.AST) -> tuple[Backward, ...]:
-    """The backward calls in `scope` (not in nested defs), in source order."""
-    return src.cached(scope, "_backward_calls", lambda: tuple(_backward_calls(scope)))
-
-
-def _backward_calls(scope: ast.AST) -> list[Backward]:
-    found = []
-    for node in src.own_nodes(scope):
-        if not is_backward_call(node):
-            continue
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id
-        through_autograd = isinstance(func, ast.Attribute) and src.canonical(func.value).endswith("autograd")
-        if name == "backward" and isinstance(func, ast.Attribute) and not through_autograd:
-            found.append(Backward(node, func.value, "backward"))
-        elif node.args:  # `torch.autograd.grad(y, x)`, `backward(loss)` (from torch.autograd import backward)
-            found.append(Backward(node, node.args[0], "grad" if name == "grad" else "backward"))
-    found.sort(key=lambda b: (b.call.lineno, b.call.col_offset))
-    return found
 
 
 def same_pass(first: ast.AST, second: ast.AST) -> bool:

@@ -10,11 +10,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
-from ..model import Edit, Fix, Location
-
-D = TypeVar("D")  # a diagnostic: a dataclass with location, end_location, fix and cell
+from ..model import Edit, Finding, Fix, Location
 from . import source as src
 
 _BOUNDARY = "# explainer: code cell {number} ({token})\n"
@@ -63,10 +60,12 @@ class Notebook:
         return cls._build(path, document, _token(raw), hidden)
 
     @classmethod
-    def from_sources(cls, path: str, sources: list[str], hidden: frozenset[int] = frozenset()) -> Notebook:
-        """A notebook of code cells only (an editor's notebook document): cell N is `sources[N-1]`."""
-        document = {"cells": [{"cell_type": "code", "source": text} for text in sources], "metadata": {}}
-        return cls._build(path, document, _token("".join(sources)), hidden)
+    def from_sources(cls, path: str, cells: list[str | None], hidden: frozenset[int] = frozenset()) -> Notebook:
+        """An editor's notebook document: cell N is `cells[N-1]`, its text for a code cell and
+        None for a markdown (or raw) cell, so cells are numbered as the notebook shows them."""
+        document = {"cells": [{"cell_type": "code", "source": text} if text is not None else
+                              {"cell_type": "markdown", "source": ""} for text in cells], "metadata": {}}
+        return cls._build(path, document, _token("".join(t for t in cells if t is not None)), hidden)
 
     @classmethod
     def _build(cls, path: str, document: dict, token: str, hidden: frozenset[int]) -> Notebook:
@@ -95,16 +94,16 @@ class Notebook:
         """The source lines of the notebook's cell number `cell`, as stored."""
         return _cell_lines(self.document["cells"][cell - 1])
 
-    def to_cells(self, diagnostic: D) -> D:
-        cell, row = self.cell_of(diagnostic.location.row)
-        end_cell, end_row = self.cell_of(diagnostic.end_location.row)
-        end = Location(end_row, diagnostic.end_location.column) if end_cell == cell else \
-            Location(row, diagnostic.location.column + 1)
-        fix = diagnostic.fix
-        if fix is not None:
-            fix = Fix(fix.message, tuple(self._edit_to_cells(e) for e in fix.edits), fix.applicability)
-        return replace(diagnostic, location=Location(row, diagnostic.location.column), end_location=end,
-                       fix=fix, cell=cell)
+    def to_cells(self, finding: Finding) -> Finding:
+        """`finding` of the module's text, in the cell it points into (rows within that cell)."""
+        cell, row = self.cell_of(finding.location.row)
+        end_cell, end_row = self.cell_of(finding.end_location.row)
+        end = Location(end_row, finding.end_location.column) if end_cell == cell else \
+            Location(row, finding.location.column + 1)
+        fixes = tuple(Fix(f.message, tuple(self._edit_to_cells(e) for e in f.edits), f.applicability)
+                      for f in finding.fixes)
+        return replace(finding, location=Location(row, finding.location.column), end_location=end, fixes=fixes,
+                       cell=cell)
 
     def _edit_to_cells(self, edit: Edit) -> Edit:
         cell, row = self.cell_of(edit.location.row)

@@ -496,6 +496,12 @@ def call_receiver(stmt: ast.AST, method: str) -> ast.expr | None:
     return None
 
 
+def call_named(node: ast.AST | None, name: str) -> ast.Call | None:
+    """The first call in `node` whose function's last name part is `name` (None without a node)."""
+    found = calls_named(node, name) if node is not None else []
+    return found[0] if found else None
+
+
 def calls_named(node: ast.AST, *names: str) -> list[ast.Call]:
     """Calls whose function's last name part is one of `names` (`x.detach()`, `torch.no_grad()`)."""
     found = []

@@ -28,6 +28,67 @@ def is_backward_call(node: ast.AST) -> bool:
 
 
 @dataclass(frozen=True)
+class Backward:
+    """One `x.backward(...)`, `torch.autograd.backward(x)` or `torch.autograd.grad(x, ...)`."""
+
+    call: ast.Call
+    root: ast.expr
+    api: str  # "backward" or "grad"
+
+    @property
+    def line(self) -> int:
+        return self.call.lineno
+
+    @property
+    def statement(self) -> ast.stmt:
+        return src.statement_of(self.call)
+
+    def keyword(self, name: str) -> ast.keyword | None:
+        return next((k for k in self.call.keywords if k.arg == name), None)
+
+    def frees_graph(self) -> bool:
+        """Neither retain_graph nor create_graph is passed, or both are a literal False."""
+        for name in _KEEPS_GRAPH:
+            keyword = self.keyword(name)
+            if keyword is not None and not (isinstance(keyword.value, ast.Constant) and keyword.value.value is False):
+                return False
+        positional = 2 if self.api == "backward" else 3  # (gradient, retain_graph) / (outputs, inputs, grad_outputs, retain_graph)
+        return len(self.call.args) <= positional
+
+    def retains_graph(self) -> bool:
+        """retain_graph=True or create_graph=True, literally."""
+        return any(isinstance(k.value, ast.Constant) and k.value.value is True
+                   for k in self.call.keywords if k.arg in _KEEPS_GRAPH)
+
+
+# `retain_variables` is retain_graph's name before PyTorch 0.4, still in old tutorials: the
+# author meant to keep the graph, and the bug to report is what happens after that.
+RETAIN_KEYWORDS = ("retain_graph", "retain_variables")
+_KEEPS_GRAPH = (*RETAIN_KEYWORDS, "create_graph")
+
+
+def backward_calls(scope: ast.AST) -> tuple[Backward, ...]:
+    """The backward calls in `scope` (not in nested defs), in source order."""
+    return src.cached(scope, "_backward_calls", lambda: tuple(_backward_calls(scope)))
+
+
+def _backward_calls(scope: ast.AST) -> list[Backward]:
+    found = []
+    for node in src.own_nodes(scope):
+        if not is_backward_call(node):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id
+        through_autograd = isinstance(func, ast.Attribute) and src.canonical(func.value).endswith("autograd")
+        if name == "backward" and isinstance(func, ast.Attribute) and not through_autograd:
+            found.append(Backward(node, func.value, "backward"))
+        elif node.args:  # `torch.autograd.grad(y, x)`, `backward(loss)` (from torch.autograd import backward)
+            found.append(Backward(node, node.args[0], "grad" if name == "grad" else "backward"))
+    found.sort(key=lambda b: (b.call.lineno, b.call.col_offset))
+    return found
+
+
+@dataclass(frozen=True)
 class TrainingLoop:
     loop: ast.stmt
     scope: ast.AST
@@ -52,10 +113,45 @@ def training_loops(tree: ast.Module) -> tuple[TrainingLoop, ...]:
     return src.cached(tree, "_training_loops", find)
 
 
+def defines_forward(cls: ast.ClassDef) -> ast.FunctionDef | None:
+    """The class's own `forward`: the source's sign of an nn.Module."""
+    return next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "forward"), None)
+
+
+def running_total(stmt: ast.AST) -> ast.expr | None:
+    """The term `loss` of a running total, `total = total + loss` or `total += loss`: a named
+    value (`y = y + w * x` is a recurrence, not a total)."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) \
+            and isinstance(stmt.target, (ast.Name, ast.Attribute)):
+        term = stmt.value
+    elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.BinOp) \
+            and isinstance(stmt.value.op, ast.Add) and src.canonical(stmt.value.left) == src.canonical(stmt.targets[0]):
+        term = stmt.value.right
+    else:
+        return None
+    return term if isinstance(term, (ast.Name, ast.Attribute)) else None
+
+
+def records_no_graph(expression: ast.AST) -> bool:
+    """`torch.no_grad()`, `torch.inference_mode()` (as a context or a decorator)."""
+    text = src.canonical(expression)
+    return "no_grad" in text or "inference_mode" in text
+
+
 def no_grad_decorator(function: ast.AST) -> ast.expr | None:
     """`@torch.no_grad()` / `@torch.inference_mode()` on a def: every call of it records no graph."""
-    return next((d for d in getattr(function, "decorator_list", ())
-                 if "no_grad" in src.canonical(d) or "inference_mode" in src.canonical(d)), None)
+    return next((d for d in getattr(function, "decorator_list", ()) if records_no_graph(d)), None)
+
+
+def no_grad_block(node: ast.AST) -> ast.With | ast.AsyncWith | None:
+    """The `with torch.no_grad():` around `node`, inside its own function."""
+    for ancestor in src.ancestors(node):
+        if isinstance(ancestor, (ast.With, ast.AsyncWith)) and any(records_no_graph(i.context_expr)
+                                                                   for i in ancestor.items):
+            return ancestor
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return None
+    return None
 
 
 def called_without_graph(value: ast.AST, scope: ast.AST) -> tuple[ast.AST, ast.expr] | None:
@@ -71,15 +167,11 @@ def called_without_graph(value: ast.AST, scope: ast.AST) -> tuple[ast.AST, ast.e
 
 
 def under_no_grad(node: ast.AST) -> bool:
-    for ancestor in src.ancestors(node):
-        if isinstance(ancestor, (ast.With, ast.AsyncWith)) and any(
-            any(word in src.canonical(item.context_expr) for word in ("no_grad", "inference_mode"))
-            for item in ancestor.items
-        ):
-            return True
-        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return no_grad_decorator(ancestor) is not None
-    return False
+    """Runs without recording a graph: in a `with torch.no_grad():` block or a decorated def."""
+    if no_grad_block(node) is not None:
+        return True
+    function = src.enclosing_function(node)
+    return function is not None and no_grad_decorator(function) is not None
 
 
 def cuts_history(expression: ast.AST) -> bool:
@@ -261,7 +353,7 @@ def _plain_object(name: ast.Name, scope: ast.AST, before: int) -> bool:
     made = last.value if last is not None else None
     if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
         return False
-    return any(not any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
+    return any(defines_forward(c) is None
                and not any(src.canonical(b).endswith("Module") for b in c.bases)
                for c in _classes(src.module_of(scope)).get(made.func.id, ()))
 
@@ -279,8 +371,9 @@ def _module_method(func: ast.Attribute, scope: ast.AST, before: int) -> ast.Func
     if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
         return None
     for node in _classes(src.module_of(scope)).get(made.func.id, ()):
-        methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
-        return methods.get(func.attr) if "forward" in methods else None
+        if defines_forward(node) is None:
+            return None
+        return next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == func.attr), None)
     return None
 
 
@@ -384,26 +477,12 @@ def sees_previous_pass(read: ast.expr, expression: str, loop: ast.AST) -> bool:
     return True
 
 
-def backward_roots(body_owner: ast.AST) -> list[tuple[ast.Call, ast.expr]]:
-    """(backward call, the tensor back-propagated) for each backward in `body_owner`."""
-    roots = []
-    for node in src.own_nodes(body_owner):
-        if is_backward_call(node):
-            func = node.func
-            if isinstance(func, ast.Attribute) and func.attr == "backward" and not node.args \
-                    or isinstance(func, ast.Attribute) and func.attr == "backward" and "autograd" not in src.canonical(func.value):
-                roots.append((node, func.value))
-            elif node.args:
-                roots.append((node, node.args[0]))
-    return roots
-
-
 def flows_into_backward(body_owner: ast.AST, expression: str, reads=None) -> bool:
     """Whether `expression` is an operand of something back-propagated in `body_owner`, directly
     or through the body's own assignments. `reads` finds the uses that count (operands)."""
     reads = reads or operand_reads
-    return any(reads(node, expression) for call, root in backward_roots(body_owner)
-               for node in backward_inputs(body_owner, call, root))
+    return any(reads(node, expression) for backward in backward_calls(body_owner)
+               for node in backward_inputs(body_owner, backward.call, backward.root))
 
 
 def backward_inputs(body_owner: ast.AST, call: ast.Call, root: ast.expr):
@@ -440,8 +519,7 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
             name = node.func.id
             if name in _imported_classes(root):
                 return True  # `from models import Generator`
-            if any(isinstance(c, ast.ClassDef) and c.name == name
-                   and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)
+            if any(isinstance(c, ast.ClassDef) and c.name == name and defines_forward(c) is not None
                    for c in src.all_nodes(root)):
                 return True
         # `build_model()` imported from the workspace: jedi follows it there.
@@ -525,10 +603,8 @@ def is_leaf_creation(value: ast.AST) -> bool:
 
 def _in_module_class(node: ast.AST) -> bool:
     """Inside a class that defines `forward` (an nn.Module, as far as the source shows)."""
-    for ancestor in src.ancestors(node):
-        if isinstance(ancestor, ast.ClassDef):
-            return any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in ancestor.body)
-    return False
+    cls = src.enclosing_class(node)
+    return cls is not None and defines_forward(cls) is not None
 
 
 def carried_across_passes(stmt: ast.stmt, target: ast.expr, scope: ast.AST, container: ast.AST) -> bool:

@@ -1,13 +1,13 @@
-"""Static diagnostics as ruff-like text and as JSON (ruff's shape, see CONTRACT.md)."""
+"""The checker's findings as ruff-like text and as JSON (ruff's shape, see CONTRACT.md)."""
 from __future__ import annotations
 
 import json
 import os
 
-from ..static.diagnostic import Diagnostic
+from ..model import Finding
 
 
-def render_text(diagnostics: list[Diagnostic], line_of, fixed: int | None = None, unchecked: int = 0) -> str:
+def render_text(diagnostics: list[Finding], line_of, fixed: int | None = None, unchecked: int = 0) -> str:
     """ruff's layout: `path:row:col: CODE message` (`path:cell N:row:col:` in a notebook), the
     source line with the range underlined, and the fix. `line_of(diagnostic)` gives the line;
     `fixed` is how many fixes --fix applied (None without --fix); `unchecked` how many files
@@ -40,5 +40,5 @@ def render_text(diagnostics: list[Diagnostic], line_of, fixed: int | None = None
     return "\n".join(out)
 
 
-def render_json(diagnostics: list[Diagnostic]) -> str:
-    return json.dumps([d.to_json() for d in diagnostics], indent=2)
+def render_json(diagnostics: list[Finding]) -> str:
+    return json.dumps([d.to_check_json() for d in diagnostics], indent=2)

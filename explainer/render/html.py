@@ -7,7 +7,7 @@ import os
 
 from ..model import Finding
 from ..reading.source import load
-from .text import fix_preview
+from .text import fix_preview, headline
 
 _STYLE = (
     "<style>.explainer{border-left:4px solid #d9534f;padding:6px 12px;margin:4px 0;"
@@ -24,7 +24,7 @@ _STYLE = (
 def render_html(finding: Finding, traceback_text: str = "", apply_hint: bool = False) -> str:
     e = html.escape
     parts = [_STYLE, f'<div class="explainer {e(finding.severity)}">',
-             f"<p><b>{e(finding.kind)}</b>: {_code_spans(finding.summary)}</p>"]
+             f"<p><b>{e(headline(finding))}</b>: {_code_spans(finding.summary)}</p>"]
     parts.append(_lines_view(finding))
     if finding.fixes:
         fix = finding.fixes[0]

@@ -11,22 +11,21 @@ import os
 from pathlib import Path
 
 from .. import __version__
-from ..model import Location
-from ..static.diagnostic import Diagnostic
-from ..static.rules import RULES, doc_page
+from ..causes import CAUSES, Cause
+from ..model import Finding, Location
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def render_sarif(diagnostics: list[Diagnostic], root: str | None = None) -> str:
+def render_sarif(diagnostics: list[Finding], root: str | None = None) -> str:
     root = os.path.abspath(root or os.getcwd())
-    index = {rule.CODE: i for i, rule in enumerate(RULES)}
+    index = {cause.code: i for i, cause in enumerate(CAUSES)}
     run = {
         "tool": {"driver": {
             "name": "backward-explainer",
             "semanticVersion": __version__,
             "informationUri": "https://pypi.org/project/backward-explainer/",
-            "rules": [_rule(rule) for rule in RULES],
+            "rules": [_rule(cause) for cause in CAUSES],
         }},
         "originalUriBaseIds": {"%SRCROOT%": {"uri": Path(root).as_uri() + "/"}},
         "columnKind": "unicodeCodePoints",
@@ -35,23 +34,19 @@ def render_sarif(diagnostics: list[Diagnostic], root: str | None = None) -> str:
     return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
 
 
-def _rule(rule) -> dict:
-    summary = rule.__doc__.strip().splitlines()[0].split(":", 1)[1].strip()
+def _rule(cause: Cause) -> dict:
     return {
-        "id": rule.CODE,
-        "name": rule.NAME,
-        "shortDescription": {"text": summary},
-        "fullDescription": {"text": summary},
-        "helpUri": _docs_uri(rule.CODE),
-        "help": {"text": doc_page(rule), "markdown": doc_page(rule)},
-        "defaultConfiguration": {"level": "error"},
+        "id": cause.code,
+        "name": cause.name,
+        "shortDescription": {"text": cause.title},
+        "fullDescription": {"text": cause.title},
+        "helpUri": cause.url,
+        "help": {"text": cause.doc_page(), "markdown": cause.doc_page()},
+        "defaultConfiguration": {"level": _LEVEL[cause.severity]},
     }
 
 
-def _docs_uri(code: str) -> str:
-    from ..static.module import docs_url
-
-    return docs_url(code)
+_LEVEL = {"error": "error", "warning": "warning"}
 
 
 def _artifact(filename: str, root: str) -> dict:
@@ -66,14 +61,14 @@ def _region(start: Location, end: Location) -> dict:
     return {"startLine": start.row, "startColumn": start.column, "endLine": end.row, "endColumn": end.column}
 
 
-def _result(diagnostic: Diagnostic, index: dict[str, int], root: str) -> dict:
+def _result(diagnostic: Finding, index: dict[str, int], root: str) -> dict:
     message = diagnostic.message
     if diagnostic.cell is not None:
         message = f"cell {diagnostic.cell}, line {diagnostic.location.row}: {message}"
     result = {
         "ruleId": diagnostic.code,
         "ruleIndex": index[diagnostic.code],
-        "level": "error",
+        "level": _LEVEL[diagnostic.severity],
         "message": {"text": message},
         "locations": [{"physicalLocation": {
             "artifactLocation": _artifact(diagnostic.filename, root),

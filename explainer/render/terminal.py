@@ -6,7 +6,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..model import Finding
-from .text import fix_preview
+from .text import fix_preview, headline
 
 
 def render_rich(finding: Finding, file) -> None:
@@ -27,4 +27,4 @@ def render_rich(finding: Finding, file) -> None:
     if finding.confidence != "certain":
         parts.append(Text(f"(confidence: {finding.confidence})", style="dim"))
     border = "red" if finding.severity == "error" else "yellow"
-    console.print(Panel(Group(*parts), title=f"explainer: {finding.kind}", border_style=border))
+    console.print(Panel(Group(*parts), title=f"explainer: {headline(finding)}", border_style=border))

@@ -9,7 +9,7 @@ RULE = "─" * 72
 
 
 def render_note(finding: Finding) -> str:
-    lines = [RULE, f"[explainer] {finding.kind}: {finding.summary}", "", *_wrap(finding.message), ""]
+    lines = [RULE, f"[explainer] {headline(finding)}: {finding.summary}", "", *_wrap(finding.message), ""]
     for culprit in finding.culprits:
         lines.append(f"  {culprit.name}  ({culprit.role})")
         lines.append(f"    {_place(culprit.filename, culprit.location.row)}: {culprit.source_line}")
@@ -28,6 +28,12 @@ def render_note(finding: Finding) -> str:
         lines.append(f"(confidence: {finding.confidence})")
     lines.append(RULE)
     return "\n".join(lines)
+
+
+def headline(finding: Finding) -> str:
+    """`second-backward (BX001 carried-state)`: the error's kind, then the cause's code and name."""
+    cause = f"{finding.code} {finding.cause.name}"
+    return f"{finding.kind} ({cause})" if finding.kind else cause
 
 
 def fix_preview(fix: Fix) -> list[str]:

@@ -37,10 +37,10 @@ class InplaceDetail:
     expected_version: int
 
 
-def versions_sentence(detail: InplaceDetail | None) -> str:
-    """"The graph saved version 0, and it is now at version 1." ('?' where the message had none)."""
-    expected = detail.expected_version if detail else "?"
-    return f"The graph saved version {expected}, and it is now at version {detail.version if detail else '?'}."
+def version_facts(detail: InplaceDetail | None) -> tuple[tuple[str, int | str], ...]:
+    """The version the graph saved and the one the tensor is at ('?' where the message had none)."""
+    return (("expected_version", detail.expected_version if detail else "?"),
+            ("version", detail.version if detail else "?"))
 
 
 def inplace_detail(error: BaseException) -> InplaceDetail | None:

@@ -3,6 +3,7 @@ backward was recorded then, so read what the traceback's frames and the graph st
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 import torch
 
@@ -27,8 +28,8 @@ def explain(error: BaseException) -> Finding | None:
         call = BackwardCall(0, 0, (), filename, row, False, False, "backward")
         finding = analysis.explain(error, call, roots, frames, (), ())
         if finding is not None:
-            if finding.confidence == "certain":
-                finding.confidence = "likely"
+            if finding.confidence == "certain":  # nothing recorded the calls: read, not seen
+                finding = replace(finding, confidence="likely")
             journal.record_error(error, finding)
         return finding
     finally:

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..fixes.edits import apply_edits
-from ..model import Fix
+from ..model import Finding, Fix
 from ..reading import source as src
 from ..reading.notebook import Notebook, NotebookError, without_unparseable_cells
-from .diagnostic import Diagnostic
 from .module import CheckedModule
 from .rules import RULES
 
@@ -29,21 +28,21 @@ _MAY_TRAIN = re.compile(r"backward|forward|autograd")
 
 @dataclass
 class Report:
-    diagnostics: list[Diagnostic] = field(default_factory=list)
+    diagnostics: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     fixed: int = 0
     # What the text renderer quotes: the lines of each file with diagnostics, by (file, cell).
     lines: dict[tuple[str, int | None], list[str]] = field(default_factory=dict)
 
-    def line(self, diagnostic: Diagnostic) -> str | None:
+    def line(self, diagnostic: Finding) -> str | None:
         lines = self.lines.get((diagnostic.filename, diagnostic.cell), [])
         row = diagnostic.location.row
         return lines[row - 1].rstrip("\r\n") if 0 < row <= len(lines) else None
 
 
 def check_text(text: str, filename: str, select: Iterable[str] | None = None,
-               ignore: Iterable[str] | None = None) -> list[Diagnostic]:
-    """Diagnostics for one file's text. Raises SyntaxError/ValueError when it does not parse."""
+               ignore: Iterable[str] | None = None) -> list[Finding]:
+    """Findings for one file's text. Raises SyntaxError/ValueError when it does not parse."""
     if not _MAY_TRAIN.search(text):
         src.parse_tree(text, filename)  # every rule needs a backward call or a module's forward
         return []
@@ -244,7 +243,7 @@ def _enabled(code: str, select, ignore) -> bool:
     return not (ignore and any(code.startswith(prefix) for prefix in ignore))
 
 
-def _suppressed(diagnostic: Diagnostic, source: src.Source) -> bool:
+def _suppressed(diagnostic: Finding, source: src.Source) -> bool:
     match = _NOQA.search(source.line(diagnostic.location.row))
     if match is None:
         return False

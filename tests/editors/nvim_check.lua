@@ -1,9 +1,12 @@
--- Attach backward-explainer's language server to the current buffer, record its diagnostics,
--- apply the quick fix at the first one through Neovim's own LSP client, and record what is left.
+-- Attach backward-explainer's language server to the current buffer, record its diagnostics (and
+-- their messages), the quick fixes offered at the first one, apply the first quick fix through
+-- Neovim's own LSP client, and record what is left.
 -- Run: nvim --headless --clean -c 'luafile tests/editors/nvim_check.lua' FILE
--- Environment: EXPLAINER_SERVER (the backward-explainer-lsp command), EXPLAINER_OUT (a file to write).
+-- Environment: EXPLAINER_SERVER (the backward-explainer-lsp command), EXPLAINER_OUT (a file to write),
+-- EXPLAINER_EXPECT (optional: wait until a diagnostic's message contains this text).
 local server = os.getenv("EXPLAINER_SERVER") or "backward-explainer-lsp"
 local out = assert(os.getenv("EXPLAINER_OUT"), "EXPLAINER_OUT is not set")
+local expect = os.getenv("EXPLAINER_EXPECT")
 local buf = vim.api.nvim_get_current_buf()
 local config = {
   name = "backward-explainer",
@@ -25,10 +28,16 @@ local report = {}
 local function record(label)
   for _, d in ipairs(vim.diagnostic.get(buf)) do
     table.insert(report, string.format("%s %d:%d %s %s", label, d.lnum + 1, d.col + 1, code_of(d), d.source or ""))
+    table.insert(report, string.format("%s-message %d %s", label, d.lnum + 1, d.message:gsub("\n", " ")))
   end
 end
 
-vim.wait(30000, function() return #vim.diagnostic.get(buf) > 0 end, 50)
+vim.wait(30000, function()
+  for _, d in ipairs(vim.diagnostic.get(buf)) do
+    if not expect or d.message:find(expect, 1, true) then return true end
+  end
+  return false
+end, 50)
 record("before")
 
 local first = vim.diagnostic.get(buf)[1]
@@ -41,6 +50,11 @@ if first then
     context = { diagnostics = {}, only = { "quickfix" } },
   }
   local responses = vim.lsp.buf_request_sync(buf, "textDocument/codeAction", params, 10000) or {}
+  local offered = 0
+  for _, response in pairs(responses) do
+    offered = offered + #(response.result or {})
+  end
+  table.insert(report, "quickfixes " .. offered)
   for _, response in pairs(responses) do
     for _, action in ipairs(response.result or {}) do
       if action.edit then

@@ -1,24 +1,25 @@
-"""inplace-modified: an optimizer step changed a parameter that a graph built before the step
-saved; name the parameter, the step, and the tensor built before it."""
+"""inplace-modified: a tensor the graph saved was changed in place before the backward that
+needed it: a parameter by an optimizer step (or a hand-written update) after the graph was built
+(BX007), or your own code's `h += 1` (BX011; inside a model's forward: inplace_in_module)."""
 from __future__ import annotations
 
 import ast
 import math
-import os
 
 from ...fixes import graph_options, out_of_place, recompute_forward
 from ...fixes.edits import delete_lines, insert_lines_after, node_start, statement_text
-from ...model import Culprit, Finding, Fix, Location
+from ...model import CallSite, Culprit, Evidence, Finding, Fix, Location
 from ...reading import source as src
 from .. import graph, naming
-from ..errors import InplaceDetail, versions_sentence
+from ..errors import InplaceDetail, version_facts
 from ..records import StepCall
-from .advice import RETAIN_GRAPH_AFTER_STEP, RETAIN_GRAPH_NOT_THE_CAUSE
-from .context import Candidate, Located, _call_in, _reaching, class_source
+from .context import Context
+from .evidence import culprit, culprit_at, finding, located_culprit, made_at
 from .inplace_in_module import explain_inplace_in_module
+from .locate import Candidate, Located, class_source, locate, name_of, reaching
 
 
-def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
+def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | None:
     roots = ctx.root_nodes()
     if not roots:
         return None
@@ -38,15 +39,15 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
     elif step is None:
         step = _manual_update(ctx, source, scope, failing, parameter, parameter_name)
     # The tensor built before the step whose graph this backward reuses.
-    reaching = _reaching(full, {failing_key}) if failing_key is not None else set()
+    upstream = reaching(full, {failing_key}) if failing_key is not None else set()
     built_before = [b for b in ctx.bindings() if b.value.grad_fn is not None
-                    and id(b.value.grad_fn) in reaching
+                    and id(b.value.grad_fn) in upstream
                     and (step is None or full.seq.get(id(b.value.grad_fn), 0) < step.mark)]
     built_before.sort(key=lambda b: full.seq.get(id(b.value.grad_fn), 0))
     carrier = Candidate(built_before[0], "direct") if built_before else None
     if carrier is not None:
-        carrier.located = ctx.locate(carrier.binding, ctx.call.row if ctx.call else None)
-        carrier.name = carrier.located.target_text if carrier.located else carrier.binding.expression
+        carrier.located = locate(ctx, carrier.binding, ctx.call.row if ctx.call else None)
+        carrier.name = name_of(carrier)
     step_site = ctx.call_site(step.filename, step.row) if step else None
     name = parameter_name or (detail and f"a {list(detail.shape)} tensor") or "a saved tensor"
     fixes: list[Fix | None] = []
@@ -64,44 +65,28 @@ def explain_inplace(ctx, detail: InplaceDetail | None) -> Finding | None:
             previous = ctx.previous
             if previous is not None and previous.retain_graph and not _reads_history(ctx, located):
                 _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
-                call = _call_in(previous_stmt, "backward") if previous_stmt is not None else None
+                call = src.call_named(previous_stmt, "backward")
                 drop = graph_options.drop_keyword(located.source, call, "retain_graph") if call else None
                 if drop is not None:
                     edits = edits + (drop,)
             fixes.append(Fix(recompute.message, edits))
         fixes.append(_reorder_step(source, scope, step, failing))
-    fixes = [f for f in fixes if f is not None]
-    where = (f"{os.path.basename(carrier.located.source.filename)}:{carrier.located.row}"
-             if carrier is not None and carrier.located else "before the step")
-    message = (f"`{name}` was changed in place by `{step_site.code}` (line {step.row}) after the "
-               f"graph that this backward uses was built (`{carrier.name if carrier else 'the forward'}` at {where}). "
-               f"The graph saved the old weights (version {detail.expected_version if detail else '?'}), "
-               f"and they are now at version {detail.version if detail else '?'}."
-               if step_site else
-               f"`{name}` was changed in place after the graph that this backward uses saved it.")
-    if fixes:
-        message += f" Fix: {fixes[0].message}."
-    if step is None:
-        updater = "an in-place operation"
-    else:
-        updater = "the optimizer" if step.optimizer() is not None else f"`{step_site.code}`"
+    located = carrier.located if carrier is not None else None
     culprits = []
-    if carrier is not None and carrier.located is not None:
-        located = carrier.located
-        culprits.append(Culprit(name, located.source.filename, located.location,
-                                f"modified in place by {step_site.code if step_site else 'an in-place operation'} after this graph was built",
-                                located.source.line(located.row).strip()))
-        culprits.append(ctx.culprit(carrier, "built before the step, back-propagated after it"))
+    if located is not None:
+        culprits = [located_culprit(name, located), culprit(ctx, carrier)]
     elif step_site is not None:
-        culprits.append(Culprit(name, step_site.filename, Location(step_site.row, 1), "modified in place by the optimizer step", step_site.code))
-    return Finding(
-        kind="inplace-modified", severity="error",
-        summary=f"`{name}` was updated by {updater} after this graph was built.",
-        message=message, culprits=culprits, fixes=fixes,
-        backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
-        steps=[step_site] if step_site else [], retain_graph_advice=RETAIN_GRAPH_AFTER_STEP,
-        confidence="certain" if parameter_name and step_site else "likely",
-    )
+        culprits = [Culprit(name, step_site.filename, Location(step_site.row, 1), "", step_site.code)]
+    evidence = Evidence(name, made_at(ctx, located), ctx.backward_site(), steps=(step_site,) if step_site else (),
+                        advice="after-step", facts=(
+                            ("built", carrier.name if carrier is not None else ""),
+                            ("manual", step is not None and step.optimizer() is None), *version_facts(detail)))
+    if step is None:
+        code, variant = "BX011", "run-unknown"
+    else:
+        code, variant = "BX007", "run-step" if located is not None else "run-step-site"
+    return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
+                   "certain" if parameter_name and step_site else "likely")
 
 
 def _reads_history(ctx, located: Located) -> bool:
@@ -238,21 +223,12 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
                 continue
             fix = out_of_place.replace_state(where, change, name)
         code = where.segment(change)
-        message = (f"`{name}` was changed in place by `{code}` (line {change.lineno}) after the graph "
-                   f"saved it for this backward (line {ctx.call.row}). {versions_sentence(detail)}")
-        if fix is not None:
-            message += f" Fix: {fix.message}."
         anchor = change.target if isinstance(change, ast.AugAssign) else change
-        culprit = Culprit(name, where.filename, node_start(where, anchor),
-                          "changed in place after the graph saved it", where.line(change.lineno).strip())
-        return Finding(
-            kind="inplace-modified", severity="error",
-            summary=f"`{name}` was changed in place after the graph saved it.",
-            message=message, culprits=[culprit], fixes=[fix] if fix else [],
-            backward=ctx.call_site(ctx.call.filename, ctx.call.row),
-            retain_graph_advice=RETAIN_GRAPH_NOT_THE_CAUSE,
-            confidence="certain" if detail is not None else "likely",
-        )
+        evidence = Evidence(name, CallSite(where.filename, change.lineno, code), ctx.backward_site(),
+                            advice="not-the-cause", facts=(("change", code), *version_facts(detail)))
+        return finding("BX011", "run-user", "inplace-modified", evidence,
+                       [culprit_at(name, where, node_start(where, anchor))], [fix],
+                       "certain" if detail is not None else "likely")
     return None
 
 

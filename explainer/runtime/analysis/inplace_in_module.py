@@ -5,17 +5,18 @@ consumes the one whose saved tensor changed) and the model's classes say where."
 from __future__ import annotations
 
 import ast
-import os
 import re
 
 from ...fixes import out_of_place
 from ...fixes.edits import node_start, replace
-from ...model import Culprit, Finding, Fix
+from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
+from ...reading.training import defines_forward
 from .. import naming
-from ..errors import InplaceDetail, versions_sentence
-from .advice import RETAIN_GRAPH_NOT_THE_CAUSE
-from .context import class_source
+from ..errors import InplaceDetail, version_facts
+from .context import Context
+from .evidence import culprit_at, finding
+from .locate import class_source
 
 _AUGMENTED = {"add": ast.Add, "sub": ast.Sub, "mul": ast.Mult, "div": ast.Div, "pow": ast.Pow}
 _MAX_CLASSES = 32
@@ -59,8 +60,7 @@ def _model_classes(ctx):
     for filename in dict.fromkeys(frame.f_code.co_filename for frame in ctx.frames):
         source = src.load(filename)
         for node in src.all_nodes(source.tree) if source is not None else ():
-            if isinstance(node, ast.ClassDef) and id(node) not in seen and any(
-                    isinstance(m, ast.FunctionDef) and m.name == "forward" for m in node.body):
+            if isinstance(node, ast.ClassDef) and id(node) not in seen and defines_forward(node) is not None:
                 seen.add(id(node))
                 yield source, node
 
@@ -89,32 +89,24 @@ def _same_operation(name: str, writers: set[str]) -> bool:
     return any(flat == w.replace("_", "") for w in writers)
 
 
-def _finding(ctx, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail) -> Finding:
+def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail) -> Finding:
     code = source.segment(stmt)
-    where = f"{os.path.basename(source.filename)}:{stmt.lineno}"
-    saved = f"`{saver}`" if saver else "an earlier operation"
     if isinstance(node, ast.keyword):
         call = src.parent(node)
         # `self.act = nn.ReLU(inplace=True)`: the module is known by the attribute it is kept in.
         targets = src.targets_of(stmt) if src.value_of(stmt) is call else []
         name = source.segment(targets[0]) if len(targets) == 1 else source.segment(call.func)
+        saved = f"`{saver}`" if saver else "an earlier operation"
         fix = Fix(f"Pass `inplace=False` to `{source.segment(call.func)}`: it overwrites its input, "
                   f"which {saved} saved for the backward", (replace(source, node.value, "False"),))
-        how = f"`{code}` ({where}) makes an operation that overwrites its input"
+        variant = "run-in-forward-flag"
     else:
         target = node.target if isinstance(node, ast.AugAssign) else node.func.value
         name = source.segment(target)
         fix = out_of_place.out_of_place(source, stmt, name)
-        how = f"`{code}` ({where}) changes `{name}` in place"
-    message = (f"{how}, but {saved} saved that tensor for the backward (line {ctx.call.row}). "
-               f"{versions_sentence(detail)} Fix: {fix.message}.")
-    culprit = Culprit(name, source.filename, node_start(source, node), f"changed in place after {saved} saved it",
-                      source.line(stmt.lineno).strip())
-    return Finding(
-        kind="inplace-modified", severity="error",
-        summary=f"`{name}` changed a tensor in place that {saved} saved for the backward.",
-        message=message, culprits=[culprit], fixes=[fix],
-        backward=ctx.call_site(ctx.call.filename, ctx.call.row) if ctx.call else None,
-        retain_graph_advice=RETAIN_GRAPH_NOT_THE_CAUSE,
-        confidence="likely",
-    )
+        variant = "run-in-forward-write"
+    evidence = Evidence(name, CallSite(source.filename, stmt.lineno, code), ctx.backward_site(),
+                        advice="not-the-cause",
+                        facts=(("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail)))
+    return finding("BX011", variant, "inplace-modified", evidence, [culprit_at(name, source, node_start(source, node))],
+                   [fix], "likely")

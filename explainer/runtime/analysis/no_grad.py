@@ -1,27 +1,27 @@
-"""no-grad: the loss has no graph; find the `.detach()`, `.item()` or `torch.no_grad()` that cut
-it."""
+"""no-grad (BX009): the loss has no graph; find the `.detach()`, `.item()`, `torch.no_grad()`
+block or `@torch.no_grad()` helper that cut it."""
 from __future__ import annotations
 
 import ast
-import os
 
 import torch
 
 from ...fixes import undo_cut
 from ...fixes.edits import node_start
-from ...model import Culprit, Finding, Fix
+from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
-from ...reading.training import called_without_graph
-from .context import _call_in
+from ...reading.training import called_without_graph, no_grad_block
+from .context import Context
+from .evidence import culprit_at, finding
 
 
-def explain_no_grad(ctx) -> Finding | None:
+def explain_no_grad(ctx: Context) -> Finding | None:
     source, scope, failing = ctx.failing_statement()
     if failing is None:
         return None
     receiver = src.call_receiver(failing, "backward")
     if receiver is None:
-        call = _call_in(failing, "grad") or _call_in(failing, "backward")
+        call = src.call_named(failing, "grad") or src.call_named(failing, "backward")
         receiver = call.args[0] if call is not None and call.args else None
     if receiver is None:
         return None
@@ -41,67 +41,50 @@ def explain_no_grad(ctx) -> Finding | None:
             continue
         cut = _cut_in(assignment.stmt)
         if cut is not None:
-            return _no_grad_finding(ctx, source, scope, assignment, cut)
+            return _cut(ctx, source, scope, assignment, cut)
         value = src.value_of(assignment.stmt)
         decorated = called_without_graph(value, scope) if value is not None else None
         if decorated is not None:
-            return _no_grad_function_finding(ctx, source, assignment, *decorated)
-        for name in sorted(src.names_read(assignment.stmt.value) if src.value_of(assignment.stmt) is not None else []):
-            value = values.get(name)
-            if isinstance(value, torch.Tensor) and not value.requires_grad:
+            return _decorated(ctx, source, assignment, *decorated)
+        for name in sorted(src.names_read(value) if value is not None else []):
+            found = values.get(name)
+            if isinstance(found, torch.Tensor) and not found.requires_grad:
                 pending.append((name, assignment.stmt.lineno))
     return None
 
 
-def _no_grad_finding(ctx, source, scope, assignment, cut) -> Finding:
+def _cut(ctx: Context, source, scope, assignment, cut) -> Finding:
     name = source.segment(assignment.target)
     stmt = assignment.stmt
     fixes: list[Fix | None] = []
-    if isinstance(cut, ast.With):
+    if isinstance(cut, (ast.With, ast.AsyncWith)):
         how = "`torch.no_grad()`"
-        fixes.append(undo_cut.leave_no_grad(source, cut))
+        fixes.append(undo_cut.leave_no_grad(source, cut) if isinstance(cut, ast.With) else None)
     else:
         how = f"`.{cut.func.attr}()`" if isinstance(cut.func, ast.Attribute) else f"`{src.canonical(cut.func)}()`"
         if isinstance(cut.func, ast.Attribute) and cut.func.attr == "detach":
             if src.canonical(cut.func.value) == src.canonical(assignment.target):
                 fixes.append(undo_cut.recompute_instead_of_detach(source, scope, stmt, name))
         fixes.append(undo_cut.remove_detach(source, cut))
-    fixes = [f for f in fixes if f is not None]
-    row = stmt.lineno
-    message = (f"`{name}` was cut from the graph by {how} at "
-               f"{os.path.basename(source.filename)}:{row}, so the loss built from it has no "
-               f"grad_fn and there is nothing to back-propagate (line {ctx.call.row}).")
-    if fixes:
-        message += f" Fix: {fixes[0].message}."
-    return Finding(
-        kind="no-grad", severity="error",
-        summary=f"`{name}` was detached from the graph before the loss was built.",
-        message=message, culprits=[_assignment_culprit(source, assignment, f"cut from the graph by {how}")],
-        fixes=fixes, backward=ctx.call_site(ctx.call.filename, ctx.call.row),
-        retain_graph_advice="retain_graph has nothing to do with this error: the loss has no graph at all.",
-    )
+    evidence = Evidence(name, _site(source, stmt), ctx.backward_site(), advice="no-graph", facts=(("cut", how),))
+    return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, assignment)], fixes)
 
 
-def _no_grad_function_finding(ctx, source, assignment, function: ast.FunctionDef, decorator: ast.expr) -> Finding:
+def _decorated(ctx: Context, source, assignment, function: ast.FunctionDef, decorator: ast.expr) -> Finding:
     name = source.segment(assignment.target)
-    fix = undo_cut.remove_decorator(source, function, decorator)
-    decorated = f"`@{source.segment(decorator)}`"
-    message = (f"`{name}` (line {assignment.stmt.lineno}) comes from `{function.name}()`, which "
-               f"runs under {decorated} (line {decorator.lineno}), so it has no grad_fn and there "
-               f"is nothing to back-propagate (line {ctx.call.row}). Fix: {fix.message}.")
-    how = f"{decorated} on `{function.name}`"
-    return Finding(
-        kind="no-grad", severity="error",
-        summary=f"`{name}` was computed by `{function.name}()`, which records no graph.",
-        message=message, culprits=[_assignment_culprit(source, assignment, f"computed without a graph by {how}")],
-        fixes=[fix], backward=ctx.call_site(ctx.call.filename, ctx.call.row),
-        retain_graph_advice="retain_graph has nothing to do with this error: the loss has no graph at all.",
-    )
+    evidence = Evidence(name, _site(source, assignment.stmt), ctx.backward_site(), advice="no-graph",
+                        facts=(("function", function.name), ("decorator", source.segment(decorator)),
+                               ("decorator_row", decorator.lineno)))
+    return finding("BX009", "run-decorated", "no-grad", evidence, [_assigned(source, assignment)],
+                   [undo_cut.remove_decorator(source, function, decorator)])
 
 
-def _assignment_culprit(source, assignment, role: str) -> Culprit:
-    return Culprit(source.segment(assignment.target), source.filename, node_start(source, assignment.target),
-                   role, source.line(assignment.stmt.lineno).strip())
+def _site(source, stmt: ast.stmt) -> CallSite:
+    return CallSite(source.filename, stmt.lineno, source.segment(stmt))
+
+
+def _assigned(source, assignment):
+    return culprit_at(source.segment(assignment.target), source, node_start(source, assignment.target))
 
 
 def _cut_in(stmt: ast.stmt):
@@ -112,12 +95,4 @@ def _cut_in(stmt: ast.stmt):
         calls = src.calls_named(value, "detach", "item", "numpy", "tolist", "float")
         if calls:
             return calls[0]
-    for ancestor in src.ancestors(stmt):
-        if isinstance(ancestor, ast.With) and any(
-            "no_grad" in src.canonical(item.context_expr) or "inference_mode" in src.canonical(item.context_expr)
-            for item in ancestor.items
-        ):
-            return ancestor
-        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            break
-    return None
+    return no_grad_block(stmt)

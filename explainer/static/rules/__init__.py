@@ -1,5 +1,6 @@
-"""The rules, one per module. Each has CODE, NAME, a docstring in ruff's form (What it does /
-Why is this bad? / Example / Use instead) and `check(module) -> Iterator[Diagnostic]`."""
+"""The rules, one per module: each finds one cause of the catalog (`CODE`, its documentation in
+explainer/causes/) in source, `check(module) -> Iterator[Finding]`, and lists the code it must
+flag (`INVALID`) and must not (`VALID`) beside the cause's own Example and Use instead."""
 from __future__ import annotations
 
 from . import (
@@ -20,9 +21,3 @@ RULES = [bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004
          bx009_loss_without_history, bx010_grad_frees_graph]
 BY_CODE = {rule.CODE: rule for rule in RULES}
 
-
-def doc_page(rule) -> str:
-    """The rule's docs page: its docstring, with the code and name as the title."""
-    summary, _, body = rule.__doc__.strip().partition("\n")
-    headline = summary.split(":", 1)[1].strip()
-    return f"# {rule.CODE} {rule.NAME}\n\n{headline[0].upper()}{headline[1:]}\n{body}\n"

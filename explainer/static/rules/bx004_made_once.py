@@ -1,52 +1,17 @@
-"""BX004 made-once: a tensor with history computed once and reused by every backward.
-
-## What it does
-Flags a value computed from parameters (or a module's output) once, then back-propagated again
-and again: before a loop that calls `backward()` (`w_hat = w / w.norm()`), outside an LBFGS
-closure (`pred = model(x)`), or in `__init__` and used in `forward`
-(`self.scale = torch.exp(self.log_scale)`).
-
-## Why is this bad?
-The value's graph is built once. The first `backward()` frees it; the next one raises "Trying to
-backward through the graph a second time". With `retain_graph=True` it runs but is wrong: the
-value never follows the updated parameters, and after `optimizer.step()` the old graph fails with
-"modified by an inplace operation".
-
-## Example
-```python
-w_hat = w / w.norm()
-for x, y in batches:
-    loss = ((x @ w_hat - y) ** 2).mean()
-    loss.backward()
-```
-
-## Use instead
-```python
-for x, y in batches:
-    w_hat = w / w.norm()
-    loss = ((x @ w_hat - y) ** 2).mean()
-    loss.backward()
-```
-A list filled with module outputs before the loop and read by every pass (deep mutual learning's
-`outputs`, one per model, each model's loss also reading the others' `outputs[j]`) is the same
-bug: the first pass's backward frees every item it read. The fix detaches the peers' items,
-`outputs[j].detach()`, where a pass learns from them.
-
-When the loop calls the model that made the value again, the value is a snapshot of that model's
-output before the updates (PPO's `old_log_probs`), and the fix keeps it detached instead:
-`old_log_probs = dist.log_prob(actions).detach()`. Recomputing it in the loop would make it equal
-to the fresh output.
-"""
+"""BX004 made-once, found in source: the cause and its docs are explainer/causes/bx004_made_once.py."""
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
 
+from ...causes.bx004_made_once import CAUSE
 from ...fixes import constant_data, detach_peer_reads, move_into_loop
+from ...model import Finding
 from ...reading import dataflow
 from ...reading import source as src
 from ...reading.training import (
-    backward_roots,
+    backward_calls,
+    defines_forward,
     flows_into_backward,
     has_history,
     is_backward_call,
@@ -56,20 +21,19 @@ from ...reading.training import (
     training_loops,
     under_no_grad,
 )
-from ..diagnostic import Diagnostic
+from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
-CODE = "BX004"
-NAME = "made-once"
+CODE = CAUSE.code
 
 
-def check(module: CheckedModule) -> Iterator[Diagnostic]:
+def check(module: CheckedModule) -> Iterator[Finding]:
     yield from _before_loops(module)
     yield from _outside_closures(module)
     yield from _in_init(module)
 
 
-def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
+def _made_before(module, block, scope, owner, kind) -> Iterator[Finding]:
     """Names assigned in `block` (part of `scope`) before `owner` (a training loop or a
     closure) that `owner` back-propagates through without re-assigning them."""
     for stmt in src.own_nodes(block):
@@ -94,10 +58,7 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Diagnostic]:
                 fix = constant_data.detach_snapshot(module.source, stmt, name, model)
             else:
                 fix = move_into_loop.move_into_body(module.source, stmt, owner, name)
-            yield module.diagnostic(
-                CODE, target,
-                f"`{name}` is computed once, before the {kind}, and every backward in the {kind} "
-                f"goes through its graph: the first frees it", fix)
+            yield module.finding(CODE, "before", target, fix, carrier=name, made_at=stmt, owner=kind)
 
 
 def _empty_list(value) -> bool:
@@ -105,7 +66,7 @@ def _empty_list(value) -> bool:
         or isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "list" and not value.args
 
 
-def _filled_before(module, stmt, scope, owner) -> Iterator[Diagnostic]:
+def _filled_before(module, stmt, scope, owner) -> Iterator[Finding]:
     """`outputs = []`, filled with module outputs before the loop (`outputs.append(model(x))`),
     then read by every pass's backward: deep mutual learning's peers."""
     target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
@@ -117,7 +78,7 @@ def _filled_before(module, stmt, scope, owner) -> Iterator[Diagnostic]:
     if not fills or src.appends(owner, name) or src.assignments(owner, name, deep=True) \
             or _later_assigned(scope, name, stmt, owner) or not flows_into_backward(owner, name):
         return
-    backward = next((call for call, _ in backward_roots(owner)), None)
+    backward = next((b.call for b in backward_calls(owner)), None)
     statement = src.statement_of(backward) if backward is not None else None
     own = detach_peer_reads.own_index(statement, owner) if statement is not None else None
     fix = None
@@ -125,10 +86,7 @@ def _filled_before(module, stmt, scope, owner) -> Iterator[Diagnostic]:
         if not detach_peer_reads.peer_items(owner, name, own, statement.lineno):
             return  # each pass reads only its own item (or the others detached): one backward each
         fix = detach_peer_reads.detach_peer_items(module.source, owner, name, own, statement.lineno)
-    yield module.diagnostic(
-        CODE, fills[-1].func.value,
-        f"`{name}` is filled before the loop, and every backward in the loop goes through its items: "
-        f"the first frees their graphs", fix)
+    yield module.finding(CODE, "filled", fills[-1].func.value, fix, carrier=name, made_at=src.statement_of(fills[-1]))
 
 
 def _output_of_listed_module(value, scope) -> bool:
@@ -163,12 +121,12 @@ def _called_again(stmt, scope, owner) -> str | None:
     return next((name for name in before if name in again), None)
 
 
-def _before_loops(module) -> Iterator[Diagnostic]:
+def _before_loops(module) -> Iterator[Finding]:
     for training in training_loops(module.tree):
         yield from _made_before(module, training.scope, training.scope, training.loop, "loop")
 
 
-def _outside_closures(module) -> Iterator[Diagnostic]:
+def _outside_closures(module) -> Iterator[Finding]:
     """Closures handed to `optimizer.step(closure)` (LBFGS) re-run their backward."""
     for scope in [module.tree, *(n for n in src.all_nodes(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
         for node in src.own_nodes(scope):
@@ -184,10 +142,10 @@ def _passed_to_step(scope, name: str) -> bool:
                for n in src.own_nodes(scope))
 
 
-def _in_init(module) -> Iterator[Diagnostic]:
+def _in_init(module) -> Iterator[Finding]:
     for cls in (n for n in src.all_nodes(module.tree) if isinstance(n, ast.ClassDef)):
         methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
-        init, forward = methods.get("__init__"), methods.get("forward")
+        init, forward = methods.get("__init__"), defines_forward(cls)
         if init is None or forward is None:
             continue
         for stmt in src.own_nodes(init):
@@ -200,10 +158,7 @@ def _in_init(module) -> Iterator[Diagnostic]:
                 if src.assignments(forward, expression) or not _derived_from_parameters(stmt.value, init, stmt.lineno):
                     continue
                 fix = move_into_loop.inline_attribute(module.source, cls, stmt, expression)
-                yield module.diagnostic(
-                    CODE, target,
-                    f"`{expression}` is computed once, in `__init__`, from parameters: every forward "
-                    f"reuses its graph, and the first backward frees it", fix)
+                yield module.finding(CODE, "init", target, fix, carrier=expression, made_at=stmt)
 
 
 def _derived_from_parameters(value, scope, before) -> bool:
@@ -233,3 +188,123 @@ def _within_same_block(stmt, owner) -> bool:
 def _later_assigned(scope, name, stmt, owner) -> bool:
     """Re-assigned between `stmt` and `owner`: that later value is the one used."""
     return any(stmt.lineno < a.stmt.lineno < owner.lineno for a in src.assignments(scope, name))
+
+
+# Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
+# leave alone (tests/test_causes.py runs both).
+
+# Deep mutual learning: each model's loss also reads the others' outputs, `{peer}`.
+MUTUAL_LEARNING = """
+        class Trainer:
+            def __init__(self):
+                self.models = [nn.Linear(8, 4) for _ in range(2)]
+                self.optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in self.models]
+
+            def train(self):
+                for images, labels in self.loader:
+                    outputs = []
+                    for model in self.models:
+                        outputs.append(model(images))
+                    for i in range(2):
+                        kl_loss = 0
+                        for j in range(2):
+                            if i != j:
+                                kl_loss += kl(F.log_softmax(outputs[i], dim=1), F.softmax({peer}, dim=1))
+                        loss = F.cross_entropy(outputs[i], labels) + kl_loss
+                        self.optimizers[i].zero_grad()
+                        loss.backward()
+                        self.optimizers[i].step()
+"""
+
+INVALID: list[Invalid] = [
+    Invalid("peers' outputs filled before the loop, each model learning from the others'",
+            MUTUAL_LEARNING.format(peer="outputs[j]")),
+    Invalid("PPO's old log-probabilities computed once, with history", """
+        policy = nn.Linear(4, 3)
+        dist = torch.distributions.Categorical(logits=policy(states))
+        actions = dist.sample()
+        old_log_probs = dist.log_prob(actions)
+        for epoch in range(4):
+            new_log_probs = torch.distributions.Categorical(logits=policy(states)).log_prob(actions)
+            ratio = torch.exp(new_log_probs - old_log_probs)
+            (-(ratio * advantages).mean()).backward()
+            optimizer.step()
+    """),
+]
+VALID: list[Valid] = [
+    Valid("PPO: old log-probabilities kept detached, actions sampled once", """
+        policy = nn.Linear(4, 3)
+        dist = torch.distributions.Categorical(logits=policy(states))
+        actions = dist.sample()
+        old_log_probs = dist.log_prob(actions).detach()
+        for epoch in range(4):
+            new_log_probs = torch.distributions.Categorical(logits=policy(states)).log_prob(actions)
+            ratio = torch.exp(new_log_probs - old_log_probs)
+            (-(ratio * advantages).mean()).backward()
+            optimizer.step()
+    """),
+    Valid("leaf parameter made before the loop", """
+        w = torch.randn(5, requires_grad=True)
+        scale = nn.Parameter(torch.ones(1))
+        for x, y in batches:
+            loss = ((x @ w * scale - y) ** 2).mean()
+            loss.backward()
+    """),
+    Valid("data prepared before the loop by an unknown function", """
+        inputs = preprocess(raw)
+        train_data = batchify(corpus.train, 20)
+        for step in range(10):
+            loss = loss_fn(model(inputs), targets)
+            loss.backward()
+    """),
+    Valid("module-level train() reading global data (word_language_model)", """
+        train_data = batchify(corpus.train, 20)
+        model = nn.LSTM(4, 4)
+        def train():
+            output = model(train_data)
+            criterion(output, targets).backward()
+        for epoch in range(3):
+            train()
+    """),
+    Valid("LBFGS with the forward inside the closure", """
+        model = nn.Linear(3, 1)
+        for epoch in range(3):
+            def closure():
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                return loss
+            optimizer.step(closure)
+    """),
+    Valid("parameters created in __init__", """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(3, 3))
+                self.proj = nn.Linear(3, 3)
+            def forward(self, x):
+                return self.proj(x) @ self.weight
+    """),
+    Valid("input buffers made in __init__ from a tensor type kept on the model", """
+        class ConditionalGAN(BaseModel):
+            def __init__(self, opt):
+                self.Tensor = torch.cuda.FloatTensor if opt.gpu_ids else torch.Tensor
+                self.input_A = self.Tensor(opt.batchSize, 3, 256, 256)
+                self.netG = define_G(opt)
+
+            def forward(self):
+                self.fake_B = self.netG(self.input_A)
+    """),
+    Valid("peers' outputs filled before the loop, the others' detached",
+            MUTUAL_LEARNING.format(peer="outputs[j].detach()")),
+    Valid("the optimized image, made once as a leaf and moved", """
+        target = content.clone().requires_grad_(True).to(device)
+        optimizer = torch.optim.Adam([target], lr=0.003)
+        for step in range(100):
+            features = get_features(target, vgg)
+            loss = torch.mean((features - content_features) ** 2)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """),
+]

@@ -1,69 +1,31 @@
-"""BX005 stored-history: tensors with history kept in a container that outlives the iteration.
-
-## What it does
-Flags `memory.append(h)` / `cache["prev"] = out` inside a loop that calls `backward()`, when the
-container was made before the loop, the stored value has autograd history, and later forwards in
-the loop read the container.
-
-## Why is this bad?
-Each stored tensor keeps the graph of the step that made it. The first `backward()` frees that
-graph; the next step reads the stored tensor and back-propagates into it: "Trying to backward
-through the graph a second time". With `retain_graph=True` it runs, but every step goes back
-through all earlier ones, and memory grows with the container.
-
-## Example
-```python
-memory = []
-for x, y in batches:
-    h = encoder(x)
-    if memory:
-        h = h + torch.stack(memory).mean(0)
-    memory.append(h)
-    loss_fn(head(h), y).backward()
-```
-
-## Use instead
-```python
-memory = []
-for x, y in batches:
-    h = encoder(x)
-    if memory:
-        h = h + torch.stack(memory).mean(0)
-    memory.append(h.detach())
-    loss_fn(head(h), y).backward()
-```
-
-When the loss reaches the stored tensors only through the container (REINFORCE's
-`-torch.stack(log_probs).sum() * episode_return`), detaching them would leave it nothing to
-train: the fix empties the container after the backward that consumed it
-(`log_probs.clear()`).
-"""
+"""BX005 stored-history, found in source: the cause and its docs are explainer/causes/bx005_stored_history.py."""
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
 
+from ...causes.bx005_stored_history import CAUSE
 from ...fixes import detach_carried, empty_container
+from ...model import Finding
 from ...reading import source as src
 from ...reading.training import (
+    backward_calls,
     backward_inputs,
-    backward_roots,
     cuts_history,
     flows_into_backward,
     has_history,
     operand_reads,
     training_loops,
 )
-from ..diagnostic import Diagnostic
+from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
-CODE = "BX005"
-NAME = "stored-history"
+CODE = CAUSE.code
 _STORES = ("append", "extend", "insert", "appendleft")
 _LOOKUPS = ("get", "pop", "values", "items")
 
 
-def check(module: CheckedModule) -> Iterator[Diagnostic]:
+def check(module: CheckedModule) -> Iterator[Finding]:
     for training in training_loops(module.tree):
         loop, scope = training.loop, training.scope
         for node in src.own_nodes(loop):
@@ -85,17 +47,16 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
                 fix = empty_container.empty_after_backward(module.source, consumer, module.source.segment(container))
             else:
                 fix = detach_carried.detach_stored_value(module.source, node, module.source.segment(container))
-            yield module.diagnostic(
-                CODE, statement,
-                f"`{module.source.segment(container)}` keeps `{module.source.segment(value)}` with its "
-                f"autograd history across iterations, and a later step back-propagates into it", fix)
+            yield module.finding(CODE, "stored", statement, fix, carrier=module.source.segment(container),
+                                 made_at=statement, value=module.source.segment(value))
 
 
 def _backward_fed_only_through(loop, container: str, value) -> ast.stmt | None:
     """The statement of a backward whose loss reaches the stored tensors through `container`
     alone (`torch.stack(losses).mean().backward()`), never through the stored name itself."""
     stored = src.canonical(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
-    for call, root in backward_roots(loop):
+    for backward in backward_calls(loop):
+        call, root = backward.call, backward.root
         inputs = list(backward_inputs(loop, call, root))
         directly = stored is not None and any(operand_reads(node, stored) for node in inputs)
         if not directly and any(_container_reads(node, container) for node in inputs):
@@ -132,3 +93,49 @@ def _container_reads(node, name) -> list:
                 and src.canonical(sub.func.value) == name:
             found.append(sub)
     return found
+
+
+# Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
+# leave alone (tests/test_causes.py runs both).
+INVALID: list[Invalid] = [
+    Invalid("every loss so far kept in a list and back-propagated whole", """
+        model = nn.Linear(3, 1)
+        losses = []
+        for x, y in batches:
+            loss = mse_loss(model(x), y)
+            losses.append(loss)
+            torch.stack(losses).mean().backward()
+            optimizer.step()
+    """),
+]
+VALID: list[Valid] = [
+    Valid("losses kept in a list for logging", """
+        encoder = nn.Linear(4, 4)
+        losses = []
+        for x, y in batches:
+            loss = loss_fn(encoder(x), y)
+            loss.backward()
+            losses.append(loss)
+        print(sum(losses))
+    """),
+    Valid("states stored detached", """
+        encoder = nn.Linear(4, 4)
+        memory, cache = [], {}
+        for x, y in batches:
+            h = encoder(x)
+            if memory:
+                h = h + torch.stack(memory).mean(0) + cache.get("prev", 0)
+            memory.append(h.detach())
+            cache["prev"] = h.detach()
+            loss_fn(h, y).backward()
+    """),
+    Valid("buffer emptied every iteration", """
+        encoder = nn.Linear(4, 4)
+        steps = []
+        for x, y in batches:
+            steps.clear()
+            for t in range(3):
+                steps.append(encoder(x[t]))
+            loss_fn(torch.stack(steps), y).backward()
+    """),
+]

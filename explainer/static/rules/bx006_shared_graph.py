@@ -1,67 +1,21 @@
-"""BX006 shared-graph: two backward calls in one pass on losses that share an un-detached tensor.
-
-## What it does
-Flags a tensor with autograd history (`fake = generator(z)`, `features = trunk(x)`) that feeds
-two losses back-propagated one after the other, when the first `backward()` does not keep the
-graph (`retain_graph`).
-
-## Why is this bad?
-The first `backward()` frees the graph behind the shared tensor. The second one reaches that
-freed graph and raises "Trying to backward through the graph a second time". The error's hint,
-`retain_graph=True`, is only right when no optimizer step runs between the two calls; after a
-step it gives "modified by an inplace operation" instead.
-
-## Example
-```python
-fake = generator(z)
-d_loss = bce(discriminator(real), ones) + bce(discriminator(fake), zeros)
-d_loss.backward()
-opt_d.step()
-g_loss = bce(discriminator(fake), ones)
-g_loss.backward()
-```
-
-## Use instead
-```python
-fake = generator(z)
-d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
-d_loss.backward()
-opt_d.step()
-g_loss = bce(discriminator(fake), ones)
-g_loss.backward()
-```
-The same holds for the update after the second backward: an actor's loss needs the critic's
-`advantage` only as a value (`advantage.detach()`), because `actor_opt` does not train the critic.
-For two losses on one trunk with no step between them, back-propagate their sum once:
-`(loss1 + loss2).backward()`. The same loss back-propagated twice is a duplicate call: remove the
-second one (with `retain_graph=True` it would count every gradient twice).
-"""
+"""BX006 shared-graph, found in source: the cause and its docs are explainer/causes/bx006_shared_graph.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...causes.bx006_shared_graph import CAUSE
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
+from ...model import Finding
 from ...reading import source as src
-from ...reading.dataflow import (
-    Ancestor,
-    Backward,
-    ancestor_keys,
-    ancestors,
-    backward_calls,
-    modules_called,
-    same_pass,
-    shared_ancestor,
-    steps,
-)
-from ...reading.training import has_history, scopes
-from ..diagnostic import Diagnostic
+from ...reading.dataflow import Ancestor, ancestor_keys, ancestors, modules_called, same_pass, shared_ancestor, steps
+from ...reading.training import Backward, backward_calls, has_history, scopes
+from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
-CODE = "BX006"
-NAME = "shared-graph"
+CODE = CAUSE.code
 
 
-def check(module: CheckedModule) -> Iterator[Diagnostic]:
+def check(module: CheckedModule) -> Iterator[Finding]:
     for scope in scopes(module.tree):
         calls = backward_calls(scope)
         flagged: set[int] = set()
@@ -87,20 +41,14 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
                 break
 
 
-def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward, second: Backward) -> Diagnostic:
+def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward, second: Backward) -> Finding:
     source = module.source
     if _same_tensor(first, second, scope):
-        name = source.segment(second.root)
-        return module.diagnostic(
-            CODE, second.call,
-            f"`{name}` is back-propagated twice: `{source.segment(first.call)}` (line {first.line}) "
-            f"already did it, and its graph is freed, so this call raises 'backward through the "
-            f"graph a second time'", remove_statement.remove_call(source, second.statement, second.root))
+        return module.finding(CODE, "twice", second.call,
+                              remove_statement.remove_call(source, second.statement, second.root),
+                              carrier=source.segment(second.root), backward=second.call, freed_by=first.call)
     between = [s for s in steps(scope) if same_pass(first.call, s.call) and same_pass(s.call, second.call)]
     name = source.segment(shared.target)
-    message = (f"`{name}` feeds both `{source.segment(first.call)}` (line {first.line}) and "
-               f"`{source.segment(second.call)}` (line {second.line}): the first backward frees the "
-               f"graph that made `{name}`, so the second raises 'backward through the graph a second time'")
     fix = None
     if between:
         step = between[-1]
@@ -124,7 +72,8 @@ def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward,
         fix = sum_losses.sum_and_backward_once(source, first.statement, second.statement) \
             or graph_options.add_retain_graph(source, first.call, "Keep the shared graph for the second "
                                               "backward with `retain_graph=True` (no step in between)")
-    return module.diagnostic(CODE, shared.target, message, fix)
+    return module.finding(CODE, "shared", shared.target, fix, carrier=name, made_at=shared.stmt, backward=second.call,
+                          freed_by=first.call, steps=tuple(s.call for s in between))
 
 
 
@@ -146,3 +95,81 @@ def _same_tensor(first: Backward, second: Backward, scope) -> bool:
     if first.api != "backward" or second.api != "backward" or src.canonical(second.root) != name:
         return False
     return not any(first.line < a.stmt.lineno <= second.line for a in src.assignments(scope, name))
+
+
+# Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
+# leave alone (tests/test_causes.py runs both).
+INVALID: list[Invalid] = [
+    Invalid("the same loss back-propagated again under a condition", """
+        model = nn.Linear(4, 1)
+        for x in batches:
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            if log_gradients:
+                loss.backward()
+            optimizer.step()
+    """),
+    Invalid("the same loss back-propagated twice", """
+        model = nn.Linear(3, 1)
+        for x, y in batches:
+            loss = mse_loss(model(x), y)
+            loss.backward()
+            loss.backward()
+    """),
+    Invalid("an advantage shared by the critic and the actor updates", """
+        actor, critic = nn.Linear(4, 2), nn.Linear(4, 1)
+        actor_opt = torch.optim.Adam(actor.parameters())
+        critic_opt = torch.optim.Adam(critic.parameters())
+        for s, returns in batches:
+            dist = torch.distributions.Categorical(logits=actor(s))
+            a = dist.sample()
+            value = critic(s).squeeze(-1)
+            advantage = returns - value
+            critic_opt.zero_grad()
+            advantage.pow(2).mean().backward()
+            critic_opt.step()
+            actor_loss = -(dist.log_prob(a) * advantage).mean()
+            actor_opt.zero_grad()
+            actor_loss.backward()
+            actor_opt.step()
+    """),
+]
+VALID: list[Valid] = [
+    Valid("summed losses", """
+        for x, y in batches:
+            features = trunk(x)
+            (head1(features).mean() + head2(features).mean()).backward()
+    """),
+    Valid("GAN: the discriminator sees fake.detach() (dcgan)", """
+        generator, discriminator = Generator(), Discriminator()
+        for real in loader:
+            fake = generator(torch.randn(8, 4))
+            d_loss = bce(discriminator(real), ones) + bce(discriminator(fake.detach()), zeros)
+            opt_d.zero_grad()
+            d_loss.backward()
+            opt_d.step()
+            g_loss = bce(discriminator(fake), ones)
+            opt_g.zero_grad()
+            g_loss.backward()
+            opt_g.step()
+    """),
+    Valid("two losses on one trunk, retain_graph=True and no step in between", """
+        trunk, head1, head2 = nn.Linear(4, 4), nn.Linear(4, 1), nn.Linear(4, 1)
+        for x in loader:
+            features = trunk(x)
+            loss1, loss2 = head1(features).mean(), head2(features).mean()
+            optimizer.zero_grad()
+            loss1.backward(retain_graph=True)
+            loss2.backward()
+            optimizer.step()
+    """),
+    Valid("two losses over the same leaf tensors, one backward each", """
+        w = torch.randn(3, requires_grad=True)
+        x = torch.rand(3, requires_grad=True).cuda()
+        for batch in loader:
+            loss1 = (batch @ w).sum() + x.sum()
+            loss1.backward()
+            loss2 = (batch @ w).pow(2).sum() + x.sum()
+            loss2.backward()
+    """),
+]

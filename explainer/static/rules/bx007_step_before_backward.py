@@ -1,66 +1,20 @@
-"""BX007 step-before-backward: `optimizer.step()` between a graph's forward and a backward through it.
-
-## What it does
-Flags a tensor computed by a module whose parameters an optimizer updates, when that
-optimizer's `step()` runs after the tensor was computed and before a later `backward()` that
-goes through it, in the same pass. Usually the first backward kept the graph with
-`retain_graph=True`.
-
-## Why is this bad?
-`step()` updates the parameters in place. The graph saved their old values for the backward
-pass, so the later backward raises "one of the variables needed for gradient computation has
-been modified by an inplace operation ... is at version 2". Adding `retain_graph=True`, the hint
-of the first error, is how most code gets here. Even when no error is raised (the optimizer had
-no gradients yet), the gradient would be computed with weights that no longer exist.
-
-## Example
-```python
-q = critic(torch.cat([state, actor(state)], 1))
-critic_loss = mse_loss(q, target_q)
-actor_loss = -q.mean()
-critic_loss.backward(retain_graph=True)
-critic_opt.step()
-actor_loss.backward()
-```
-
-## Use instead
-```python
-q = critic(torch.cat([state, actor(state)], 1))
-critic_loss = mse_loss(q, target_q)
-critic_loss.backward()
-critic_opt.step()
-q = critic(torch.cat([state, actor(state)], 1))
-actor_loss = -q.mean()
-actor_loss.backward()
-```
-"""
+"""BX007 step-before-backward, found in source: the cause and its docs are explainer/causes/bx007_step_before_backward.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...causes.bx007_step_before_backward import CAUSE
 from ...fixes import graph_options, recompute_forward
-from ...model import Fix
-from ...reading.dataflow import (
-    RETAIN_KEYWORDS,
-    Ancestor,
-    Backward,
-    Step,
-    ancestors,
-    backward_calls,
-    carries_history,
-    modules_called,
-    same_pass,
-    steps,
-)
-from ...reading.training import scopes
-from ..diagnostic import Diagnostic
+from ...model import Finding, Fix
+from ...reading.dataflow import Ancestor, Step, ancestors, carries_history, modules_called, same_pass, steps
+from ...reading.training import RETAIN_KEYWORDS, Backward, backward_calls, scopes
+from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
-CODE = "BX007"
-NAME = "step-before-backward"
+CODE = CAUSE.code
 
 
-def check(module: CheckedModule) -> Iterator[Diagnostic]:
+def check(module: CheckedModule) -> Iterator[Finding]:
     for scope in scopes(module.tree):
         calls = backward_calls(scope)
         stepped = steps(scope)
@@ -102,13 +56,10 @@ def _freed_earlier(stale: Ancestor, backward: Backward, calls: list[Backward], s
                for earlier in calls)
 
 
-def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, calls) -> Diagnostic:
+def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, calls) -> Finding:
     source = module.source
     name = source.segment(stale.target)
     step_code = source.segment(step.call)
-    message = (f"`{step_code}` (line {step.line}) updates in place the weights that computed `{name}`, "
-               f"and `{source.segment(backward.call)}` (line {backward.line}) back-propagates through "
-               f"`{name}`'s graph afterwards: 'modified by an inplace operation'")
     fix = recompute_forward.recompute_before_use(
         source, scope, stale.stmt, step.line, backward.statement,
         f"Recompute `{name}` after `{step_code}` (line {step.line}), so the backward goes through "
@@ -119,4 +70,83 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         drop = graph_options.drop_keyword(source, retaining[-1].call, keyword)
         if drop is not None:
             fix = Fix(fix.message + f", without {keyword}=True", fix.edits + (drop,))
-    return module.diagnostic(CODE, stale.target, message, fix)
+    return module.finding(CODE, "stale", stale.target, fix, carrier=name, made_at=stale.stmt, backward=backward.call,
+                          steps=(step.call,))
+
+
+# Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
+# leave alone (tests/test_causes.py runs both).
+INVALID: list[Invalid] = [
+    Invalid("FactorVAE: a trainer class steps the VAE before the discriminator's backward", """
+        from model import Discriminator, FactorVAE
+
+        class Solver:
+            def __init__(self):
+                self.VAE = FactorVAE(10).to(device)
+                self.D = Discriminator(10).to(device)
+                self.optim_VAE = optim.Adam(self.VAE.parameters())
+                self.optim_D = optim.Adam(self.D.parameters())
+
+            def train(self):
+                for x_true1, x_true2 in self.data_loader:
+                    x_recon, mu, logvar, z = self.VAE(x_true1)
+                    D_z = self.D(z)
+                    vae_loss = recon_loss(x_true1, x_recon) + (D_z[:, :1] - D_z[:, 1:]).mean()
+                    self.optim_VAE.zero_grad()
+                    vae_loss.backward(retain_graph=True)
+                    self.optim_VAE.step()
+                    z_pperm = permute_dims(self.VAE(x_true2, no_dec=True)).detach()
+                    D_tc_loss = 0.5 * (F.cross_entropy(D_z, zeros) + F.cross_entropy(self.D(z_pperm), ones))
+                    self.optim_D.zero_grad()
+                    D_tc_loss.backward()
+                    self.optim_D.step()
+    """),
+    Invalid("a GAN written before PyTorch 0.4, with retain_variables", """
+        G, D = nn.Linear(5, 15), nn.Sequential(nn.Linear(15, 1), nn.Sigmoid())
+        for step in range(100):
+            fake = G(torch.randn(64, 5))
+            prob_fake = D(fake)
+            D_loss = -torch.mean(torch.log(D(real)) + torch.log(1. - prob_fake))
+            G_loss = torch.mean(torch.log(1. - prob_fake))
+            opt_D.zero_grad()
+            D_loss.backward(retain_variables=True)
+            opt_D.step()
+            opt_G.zero_grad()
+            G_loss.backward()
+            opt_G.step()
+    """),
+    Invalid("step through an optimizer the file can't see into, then backward through the old forward", """
+        model = nn.Linear(3, 1)
+        optimizer = make_optimizer(model)
+        for x, y in batches:
+            out = model(x)
+            loss = mse_loss(out, y)
+            loss.backward(retain_graph=True)
+            optimizer.step()
+            (out ** 2).mean().backward()
+    """),
+]
+VALID: list[Valid] = [
+    Valid("DDPG: critic on stored actions, actor loss from a fresh forward after the critic step", """
+        actor, critic = Actor(), Critic()
+        for state, action, target_q in replay:
+            critic_loss = mse_loss(critic(state, action), target_q)
+            critic_opt.zero_grad()
+            critic_loss.backward()
+            critic_opt.step()
+            actor_loss = -critic(state, actor(state)).mean()
+            actor_opt.zero_grad()
+            actor_loss.backward()
+            actor_opt.step()
+    """),
+    Valid("gradient accumulation with a conditional step", """
+        model = nn.Linear(4, 1)
+        for i, (x, y) in enumerate(loader):
+            loss = mse_loss(model(x), y) / 4
+            loss.backward()
+            if (i + 1) % 4 == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+                scheduler.step()
+    """),
+]

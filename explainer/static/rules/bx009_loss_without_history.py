@@ -1,47 +1,30 @@
-"""BX009 loss-without-history: a loss computed only from detached values is back-propagated.
-
-## What it does
-Flags the value that cut a loss off its graph (a forward under `torch.no_grad()`, a call to a
-helper decorated with `@torch.no_grad()`, or `x = x.detach()`) when `backward()` is then called
-on a loss computed only from such values and data.
-
-## Why is this bad?
-The loss has no `grad_fn`, so `backward()` raises "element 0 of tensors does not require grad
-and does not have a grad_fn". The usual quick fix, `loss.requires_grad = True`, silences the
-error but trains nothing: the gradient stops at the loss and never reaches the model.
-
-## Example
-```python
-with torch.no_grad():
-    out = model(x)
-loss = mse_loss(out, y)
-loss.backward()
-```
-
-## Use instead
-```python
-out = model(x)
-loss = mse_loss(out, y)
-loss.backward()
-```
-"""
+"""BX009 loss-without-history, found in source: the cause and its docs are explainer/causes/bx009_loss_without_history.py."""
 from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
 
+from ...causes.bx009_loss_without_history import CAUSE
 from ...fixes import undo_cut
+from ...model import Finding
 from ...reading import source as src
-from ...reading.dataflow import Ancestor, ancestors, backward_calls
-from ...reading.training import called_without_graph, cuts_history, has_history, scopes, under_no_grad
-from ..diagnostic import Diagnostic
+from ...reading.dataflow import Ancestor, ancestors
+from ...reading.training import (
+    backward_calls,
+    called_without_graph,
+    cuts_history,
+    has_history,
+    no_grad_block,
+    scopes,
+    under_no_grad,
+)
+from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
-CODE = "BX009"
-NAME = "loss-without-history"
+CODE = CAUSE.code
 
 
-def check(module: CheckedModule) -> Iterator[Diagnostic]:
+def check(module: CheckedModule) -> Iterator[Finding]:
     for scope in scopes(module.tree):
         for backward in backward_calls(scope):
             if backward.api != "backward" or under_no_grad(backward.call):
@@ -78,30 +61,22 @@ def _cut_receiver_has_history(value: ast.expr, scope, line: int) -> bool:
         and has_history(node.func.value, scope, line)
 
 
-def _diagnostic(module, scope, backward, ancestor: Ancestor, how: str) -> Diagnostic:
+def _diagnostic(module, scope, backward, ancestor: Ancestor, how: str) -> Finding:
     source = module.source
-    name = source.segment(ancestor.target)
-    loss = source.segment(backward.root)
-    if how == "no_grad":
-        cause = f"`{name}` is computed under `torch.no_grad()` (line {ancestor.line})"
-    elif how == "decorated":
+    facts = {"loss": source.segment(backward.root)}
+    if how == "decorated":
         function, decorator = called_without_graph(ancestor.value, scope)
-        cause = (f"`{name}` (line {ancestor.line}) comes from `{function.name}()`, which runs under "
-                 f"`@{source.segment(decorator)}` (line {decorator.lineno})")
-    else:
-        cause = f"`{name}` is detached at line {ancestor.line}"
-    message = (f"{cause}, and `{loss}` is computed only from it and data: `{source.segment(backward.call)}` "
-               f"(line {backward.line}) has no graph to go through ('does not require grad')")
-    return module.diagnostic(CODE, ancestor.target, message, _fix(source, scope, ancestor, how))
+        facts.update(function=function.name, decorator=source.segment(decorator), decorator_row=decorator.lineno)
+    variant = {"no_grad": "no-grad", "decorated": "decorated"}.get(how, "detached")
+    return module.finding(CODE, variant, ancestor.target, _fix(source, scope, ancestor, how),
+                          carrier=source.segment(ancestor.target), made_at=ancestor.stmt, backward=backward.call, **facts)
 
 
 def _fix(source, scope, ancestor: Ancestor, how: str):
     """The runtime's fixes for the same cut: leave the `no_grad` block, or recompute / keep the
     value instead of detaching it."""
     if how == "no_grad":
-        block = next((a for a in src.ancestors(ancestor.stmt) if isinstance(a, (ast.With, ast.AsyncWith))
-                      and any("no_grad" in src.canonical(i.context_expr) or "inference_mode" in src.canonical(i.context_expr)
-                              for i in a.items)), None)
+        block = no_grad_block(ancestor.stmt)
         return undo_cut.leave_no_grad(source, block) if isinstance(block, ast.With) else None
     if how == "decorated":
         return undo_cut.remove_decorator(source, *called_without_graph(ancestor.value, scope))
@@ -113,3 +88,105 @@ def _fix(source, scope, ancestor: Ancestor, how: str):
         if recomputed is not None:
             return recomputed
     return undo_cut.remove_detach(source, call)
+
+
+# Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
+# leave alone (tests/test_causes.py runs both).
+INVALID: list[Invalid] = [
+    Invalid("a forward helper decorated with no_grad", """
+        from torch.nn.functional import mse_loss
+        model = nn.Linear(3, 1)
+
+        @torch.no_grad()
+        def predict(x):
+            return model(x)
+
+        for x, y in batches:
+            loss = mse_loss(predict(x), y)
+            loss.backward()
+    """),
+    Invalid("a prediction detached where it is made", """
+        from torch.nn.functional import mse_loss
+        model = nn.Linear(3, 1)
+        for x, y in batches:
+            pred = model(x).detach()
+            loss = mse_loss(pred, y)
+            loss.backward()
+    """),
+]
+VALID: list[Valid] = [
+    Valid("DDPG: the critic sees action.detach()", """
+        actor, critic = Actor(), Critic()
+        for state, target_q in replay:
+            action = actor(state)
+            critic_loss = mse_loss(critic(state, action.detach()), target_q)
+            critic_loss.backward()
+            critic_opt.step()
+    """),
+    Valid("DQN: the target computed under no_grad", """
+        policy, target_net = DQN(), DQN()
+        for state, action, reward, next_state in replay:
+            q = policy(state).gather(1, action)
+            with torch.no_grad():
+                target = reward + 0.99 * target_net(next_state).max(1)[0]
+            loss = F.smooth_l1_loss(q, target.unsqueeze(1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """),
+    Valid("a loss from a helper function whose inside the file can't show", """
+        for batch in loader:
+            with torch.no_grad():
+                teacher_out = teacher(batch)
+            loss = distillation_loss(student, batch, teacher_out)
+            loss.backward()
+    """),
+    Valid("validation under no_grad, no backward", """
+        model = nn.Linear(4, 1)
+        with torch.no_grad():
+            for x, y in val_loader:
+                val_loss = mse_loss(model(x), y)
+                total += val_loss.item()
+    """),
+    Valid("an actor's method output weighted by Q-values under no_grad", """
+        class Actor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+
+            def forward(self, x):
+                return self.fc(x)
+
+            def get_action(self, x):
+                probs = torch.softmax(self(x), -1)
+                return probs.argmax(-1), torch.log(probs), probs
+
+        actor = Actor().to(device)
+        for obs in batches:
+            _, log_pi, action_probs = actor.get_action(obs)
+            with torch.no_grad():
+                q_values = qf(obs)
+            actor_loss = (action_probs * (alpha * log_pi - q_values)).mean()
+            actor_loss.backward()
+            actor_optimizer.step()
+    """),
+    Valid("TD3: a detached target against a network the agent made elsewhere", """
+        class TD3Agent:
+            def __init__(self, config):
+                self.network = config.network_fn()
+                self.target_network = config.network_fn()
+
+            def step(self):
+                transitions = self.replay.sample()
+                states, actions = tensor(transitions.state), tensor(transitions.action)
+                next_states = tensor(transitions.next_state)
+                a_next = self.target_network(next_states)
+                q_1, q_2 = self.target_network.q(next_states, a_next)
+                target = rewards + gamma * torch.min(q_1, q_2)
+                target = target.detach()
+                q_1, q_2 = self.network.q(states, actions)
+                critic_loss = F.mse_loss(q_1, target) + F.mse_loss(q_2, target)
+                critic_loss.backward()
+                self.network.critic_opt.step()
+    """),
+]

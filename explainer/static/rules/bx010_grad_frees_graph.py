@@ -1,48 +1,21 @@
-"""BX010 grad-frees-graph: `torch.autograd.grad` frees a graph that a later backward needs.
-
-## What it does
-Flags `torch.autograd.grad(outputs, inputs)` called without `create_graph=True` or
-`retain_graph=True` when a later `backward()` in the same pass goes through the same graph, for
-example a gradient penalty added to the loss it was computed from.
-
-## Why is this bad?
-`autograd.grad` frees the graph it went through, as `backward()` does. The later backward
-raises "Trying to backward through the graph a second time". And when the gradient feeds the
-loss (a gradient penalty, WGAN-GP, input-gradient regularization), it was computed without a
-graph of its own, so the penalty would not be trained even if the error went away.
-
-## Example
-```python
-loss = mse_loss(model(inputs), targets)
-grads = torch.autograd.grad(loss, inputs)
-penalty = grads[0].pow(2).sum(1).mean()
-(loss + 0.1 * penalty).backward()
-```
-
-## Use instead
-```python
-loss = mse_loss(model(inputs), targets)
-grads = torch.autograd.grad(loss, inputs, create_graph=True)
-penalty = grads[0].pow(2).sum(1).mean()
-(loss + 0.1 * penalty).backward()
-```
-"""
+"""BX010 grad-frees-graph, found in source: the cause and its docs are explainer/causes/bx010_grad_frees_graph.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ...causes.bx010_grad_frees_graph import CAUSE
 from ...fixes import graph_options
+from ...model import Finding
 from ...reading import source as src
-from ...reading.dataflow import ancestors, backward_calls, same_pass, shared_ancestor
-from ...reading.training import scopes
-from ..diagnostic import Diagnostic
+from ...reading.dataflow import ancestors, same_pass, shared_ancestor
+from ...reading.training import backward_calls, scopes
+from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
-CODE = "BX010"
-NAME = "grad-frees-graph"
+CODE = CAUSE.code
 
 
-def check(module: CheckedModule) -> Iterator[Diagnostic]:
+def check(module: CheckedModule) -> Iterator[Finding]:
     source = module.source
     for scope in scopes(module.tree):
         calls = backward_calls(scope)
@@ -61,8 +34,43 @@ def check(module: CheckedModule) -> Iterator[Diagnostic]:
                 fix = graph_options.add_retain_graph(
                     source, grad.call, "Keep the graph for the later backward with `retain_graph=True`")
             shared = shared_ancestor(grad, later, scope)
-            message = (f"`{source.segment(grad.call)}` frees the graph of `{source.segment(shared.target)}`, "
-                       f"and `{source.segment(later.call)}` (line {later.line}) goes through it again: "
-                       f"'backward through the graph a second time'"
-                       + ("; its result feeds that loss, so it also needs a graph of its own" if feeds_loss else ""))
-            yield module.diagnostic(CODE, grad.call, message, fix)
+            yield module.finding(CODE, "frees-feeds" if feeds_loss else "frees", grad.call, fix,
+                                 carrier=source.segment(shared.target), made_at=shared.stmt, backward=later.call,
+                                 freed_by=grad.call)
+
+
+# Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
+# leave alone (tests/test_causes.py runs both).
+INVALID: list[Invalid] = [
+    Invalid("autograd.grad for logging, then backward through the same loss", """
+        model = nn.Linear(3, 1)
+        for x, y in batches:
+            loss = mse_loss(model(x), y)
+            input_grad = torch.autograd.grad(loss, x)
+            log(input_grad)
+            loss.backward()
+    """),
+]
+VALID: list[Valid] = [
+    Valid("WGAN-GP: gradient penalty with create_graph=True", """
+        critic = Critic()
+        for real, fake in loader:
+            mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+            score = critic(mixed)
+            grads = torch.autograd.grad(score.sum(), mixed, create_graph=True)[0]
+            penalty = ((grads.norm(2, dim=1) - 1) ** 2).mean()
+            loss = critic(fake).mean() - critic(real).mean() + 10 * penalty
+            loss.backward()
+            opt.step()
+    """),
+    Valid("MAML: inner gradients with create_graph, then the outer backward", """
+        model = nn.Linear(4, 1)
+        for task in tasks:
+            inner_loss = mse_loss(model(task.x), task.y)
+            grads = torch.autograd.grad(inner_loss, model.parameters(), create_graph=True)
+            adapted = [p - 0.1 * g for p, g in zip(model.parameters(), grads)]
+            outer_loss = mse_loss(functional_forward(task.x2, adapted), task.y2)
+            outer_loss.backward()
+            meta_opt.step()
+    """),
+]

@@ -1,0 +1,56 @@
+"""BX005 stored-history."""
+from .cause import Cause, Message
+
+CAUSE = Cause(
+    code="BX005",
+    name="stored-history",
+    title="tensors with history kept in a list or dict that later forwards read",
+    what="""\
+Flags `memory.append(h)` / `cache["prev"] = out` inside a loop that calls `backward()`, when the
+container was made before the loop, the stored value has autograd history, and later forwards in
+the loop read the container.""",
+    why="""\
+Each stored tensor keeps the graph of the step that made it. The first `backward()` frees that
+graph; the next step reads the stored tensor and back-propagates into it: "Trying to backward
+through the graph a second time". With `retain_graph=True` it runs, but every step goes back
+through all earlier ones, and memory grows with the container.""",
+    example="""\
+encoder, head = nn.Linear(8, 8), nn.Linear(8, 1)
+memory = []
+for x, y in batches:
+    h = encoder(x)
+    if memory:
+        h = h + torch.stack(memory).mean(0)
+    memory.append(h)
+    loss_fn(head(h), y).backward()""",
+    use_instead="""\
+encoder, head = nn.Linear(8, 8), nn.Linear(8, 1)
+memory = []
+for x, y in batches:
+    h = encoder(x)
+    if memory:
+        h = h + torch.stack(memory).mean(0)
+    memory.append(h.detach())
+    loss_fn(head(h), y).backward()""",
+    notes="""\
+When the loss reaches the stored tensors only through the container (REINFORCE's
+`-torch.stack(log_probs).sum() * episode_return`), detaching them would leave it nothing to
+train: the fix empties the container after the backward that consumed it
+(`log_probs.clear()`).""",
+    messages={
+        "stored": Message(
+            "`{carrier}` keeps `{value}` with its autograd history across iterations, and a later step "
+            "back-propagates into it"),
+        "run-stored": Message(
+            "`{carrier}` (filled at {where}) holds tensors with the graphs of earlier steps. {freed} those graphs, "
+            "and this backward (line {backward.row}) reaches them through `{carrier}`.",
+            "`{carrier}` keeps tensors whose graphs an earlier backward already freed.",
+            ("stores tensors that keep earlier graphs",)),
+        "likely-stored": Message(
+            "`{carrier}` is filled at {where} with tensors that keep the graphs of earlier steps; an earlier "
+            "backward freed that graph and this backward goes through it again. {unrecorded}, so this is read "
+            "from the source and from what the graph shows: likely, not certain.",
+            "`{carrier}` most likely carries a graph that an earlier backward freed.",
+            ("likely carrier of the freed graph",)),
+    },
+)

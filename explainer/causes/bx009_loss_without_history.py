@@ -1,0 +1,47 @@
+"""BX009 loss-without-history."""
+from .cause import Cause, Message
+
+_NO_GRAPH = ("and `{loss}` is computed only from it and data: `{backward.code}` (line {backward.row}) has no graph "
+             "to go through ('does not require grad')")
+
+CAUSE = Cause(
+    code="BX009",
+    name="loss-without-history",
+    title="a loss computed only from values cut by `no_grad` or `.detach()`",
+    what="""\
+Flags the value that cut a loss off its graph (a forward under `torch.no_grad()`, a call to a
+helper decorated with `@torch.no_grad()`, or `x = x.detach()`) when `backward()` is then called
+on a loss computed only from such values and data.""",
+    why="""\
+The loss has no `grad_fn`, so `backward()` raises "element 0 of tensors does not require grad
+and does not have a grad_fn". The usual quick fix, `loss.requires_grad = True`, silences the
+error but trains nothing: the gradient stops at the loss and never reaches the model.""",
+    example="""\
+model = nn.Linear(3, 1)
+with torch.no_grad():
+    out = model(x)
+loss = F.mse_loss(out, y)
+loss.backward()""",
+    use_instead="""\
+model = nn.Linear(3, 1)
+out = model(x)
+loss = F.mse_loss(out, y)
+loss.backward()""",
+    messages={
+        "no-grad": Message("`{carrier}` is computed under `torch.no_grad()` (line {made_at.row}), " + _NO_GRAPH),
+        "decorated": Message(
+            "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
+            "{decorator_row}), " + _NO_GRAPH),
+        "detached": Message("`{carrier}` is detached at line {made_at.row}, " + _NO_GRAPH),
+        "run-cut": Message(
+            "`{carrier}` was cut from the graph by {cut} at {where}, so the loss built from it has no grad_fn and "
+            "there is nothing to back-propagate (line {backward.row}).",
+            "`{carrier}` was detached from the graph before the loss was built.",
+            ("cut from the graph by {cut}",)),
+        "run-decorated": Message(
+            "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
+            "{decorator_row}), so it has no grad_fn and there is nothing to back-propagate (line {backward.row}).",
+            "`{carrier}` was computed by `{function}()`, which records no graph.",
+            ("computed without a graph by `@{decorator}` on `{function}`",)),
+    },
+)

@@ -1,0 +1,59 @@
+"""BX011 changed-in-place."""
+from .cause import Cause, Message
+
+CAUSE = Cause(
+    code="BX011",
+    name="changed-in-place",
+    title="a tensor the graph saved, changed in place by your own code before the backward (`h += 1`, "
+          "`nn.ReLU(inplace=True)` after an operation that saved its input)",
+    runtime_only=True,
+    what="""\
+Found when it runs: the backward fails with "one of the variables needed for gradient computation
+has been modified by an inplace operation", and no optimizer step changed the tensor. Your own code
+did: `h += 1`, `h.clamp_(0, 1)`, `h[mask] = 0`, state written into in a method
+(`self.bank[idx] = feats`), or, inside a model's `forward`, `nn.ReLU(inplace=True)` or
+`out += x` after an operation that saved that tensor for its gradient. The explanation names the
+tensor and the line that changed it, read from the graph's in-place node and the model's classes.""",
+    why="""\
+An operation that needs its input (or output) to compute its gradient saves it, with the
+tensor's version. Changing the tensor in place bumps that version, and the backward refuses to
+use the changed value. `retain_graph=True` has nothing to do with it: the graph still exists.""",
+    example="""\
+import torch
+
+w = torch.ones(3, requires_grad=True)
+h = w * 2
+y = (h ** 2).sum()
+h += 1
+y.backward()""",
+    use_instead="""\
+import torch
+
+w = torch.ones(3, requires_grad=True)
+h = w * 2
+y = (h ** 2).sum()
+h = h + 1
+y.backward()""",
+    messages={
+        "run-user": Message(
+            "`{carrier}` was changed in place by `{change}` (line {made_at.row}) after the graph saved it for this "
+            "backward (line {backward.row}). {versions}",
+            "`{carrier}` was changed in place after the graph saved it.",
+            ("changed in place after the graph saved it",)),
+        "run-in-forward-flag": Message(
+            "`{change}` ({where}) makes an operation that overwrites its input, but {saved} saved that tensor for "
+            "the backward (line {backward.row}). {versions}",
+            "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
+            ("changed in place after {saved} saved it",)),
+        "run-in-forward-write": Message(
+            "`{change}` ({where}) changes `{carrier}` in place, but {saved} saved that tensor for the backward "
+            "(line {backward.row}). {versions}",
+            "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
+            ("changed in place after {saved} saved it",)),
+        "run-unknown": Message(
+            "`{carrier}` was changed in place after the graph that this backward uses saved it.",
+            "`{carrier}` was updated by an in-place operation after this graph was built.",
+            ("modified in place by an in-place operation after this graph was built",
+             "built before the step, back-propagated after it")),
+    },
+)

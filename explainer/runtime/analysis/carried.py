@@ -1,0 +1,73 @@
+"""A state carried across iterations (BX001), or a running total back-propagated (BX002): the
+value re-enters the next step with the graph the previous backward freed."""
+from __future__ import annotations
+
+import ast
+
+from ...fixes import accumulate_item, detach_carried
+from ...model import Finding, Fix
+from ...reading import source as src
+from ...reading.training import running_total
+from ..records import BackwardCall
+from .context import Context
+from .evidence import culprit, finding, freed_graph
+from .locate import Candidate
+
+
+def explain_carried(ctx: Context, candidate: Candidate, previous: BackwardCall, failing) -> Finding:
+    located = candidate.located
+    receiver = src.call_receiver(failing, "backward") if failing is not None else None
+    total = (located is not None and receiver is not None and running_total(located.store) is not None
+             and src.canonical(receiver) == src.canonical(candidate.name))
+    evidence = freed_graph(ctx, candidate.name, located, previous, "grows")
+    code, variant = ("BX002", "run-total") if total else ("BX001", "run-carried")
+    return finding(code, variant, "second-backward", evidence, [culprit(ctx, candidate)],
+                   carried_fixes(ctx, candidate, failing), "certain" if located is not None else "likely")
+
+
+def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | None]:
+    """Detach the carried state, best first: where it re-enters, at the loop's entry, or keep it
+    detached after the backward; for a running total, accumulate `.item()`."""
+    located = candidate.located
+    if located is None:
+        return []
+    source, name = located.source, candidate.name
+    is_tuple = False
+    stmt = located.store
+    fixes: list[Fix | None] = []
+    # An LSTM state is a tuple (h, c): the binding found is one element of it.
+    if candidate.binding.in_sequence and not isinstance(located.target, ast.Subscript):
+        container = candidate.binding.container_expression
+        if src.assignments(located.scope, container):
+            name, is_tuple = container, True
+        elif located.class_node is not None:
+            is_tuple = True  # `self.hidden`, found through `model.hidden[0]`
+    receiver = src.call_receiver(failing, "backward") if failing is not None else None
+    if located.class_node is not None:
+        return detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple, located.class_node)
+    if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
+            and src.canonical(receiver) == src.canonical(name):
+        fixes.append(accumulate_item.accumulate_with_item(source, name, located.assignment, receiver))
+    # The loop may be in a caller: `state = train_step(model, state)` around a helper's backward.
+    loops = ctx.backward_loops(source, located.scope) or src.loops_around(stmt)
+    loop = loops[-1] if loops else None
+    for candidate_loop in loops:
+        if any(s is stmt for s in candidate_loop.body):
+            loop = candidate_loop
+    if loop is not None and isinstance(located.target, ast.Subscript) and not any(s is stmt for s in loop.body):
+        # An element re-assigned in an inner loop (`for i, cell in enumerate(cells)`): its index
+        # means nothing at the outer loop's entry, so detach the whole container there.
+        container = src.canonical(located.target.value)
+        made = src.last_assignment(located.scope, container, loop.lineno)
+        fixes.append(detach_carried.detach_elements_at_loop_entry(
+            source, container, loop, made.value if made is not None else None))
+        return fixes
+    if loop is not None:
+        may_be_none = detach_carried.starts_as_none(located.scope, name, loop)
+        fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
+        if failing is not None and stmt.lineno > failing.end_lineno and src.inside(failing, loop):
+            fixes.append(detach_carried.keep_detached(source, name, stmt, is_tuple))
+        if any(s is stmt for s in loop.body) and not may_be_none:
+            fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
+        fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
+    return fixes

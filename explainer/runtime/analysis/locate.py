@@ -1,0 +1,279 @@
+"""Where the tensors bound in the user's frames were made, and which of them carries the stale
+history into the failing backward (best first)."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ...model import Location
+from ...reading import source as src
+from .. import graph, naming
+from .context import Context
+
+
+@dataclass
+class Located:
+    """The statement that made a binding's current value, as the user wrote it."""
+
+    source: src.Source
+    scope: ast.AST
+    store: ast.AST  # an assignment statement or a `container.append(...)` call
+    target: ast.AST  # the assigned expression (or the append call): where the culprit points
+    target_text: str
+    carried: bool
+    in_init: bool = False
+    class_node: ast.ClassDef | None = None
+
+    @property
+    def row(self) -> int:
+        return self.store.lineno
+
+    @property
+    def location(self) -> Location:
+        return Location(self.target.lineno, self.source.column(self.target.lineno, self.target.col_offset))
+
+    @property
+    def assignment(self) -> src.Assignment:
+        return src.Assignment(self.store, self.target)
+
+
+@dataclass
+class Candidate:
+    binding: naming.Binding
+    relation: str  # "direct" | "stored" | "carried"
+    located: Located | None = None
+    name: str = ""
+
+
+def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
+           from_last_iteration: bool = False) -> Located | None:
+    """The statement that made `binding`'s value: preferably one before `before_row`, or,
+    `from_last_iteration`, anywhere in the loop around the backward (the value was made in the
+    previous pass, possibly after the backward's line: `h = out` at the loop's end)."""
+    frame = ctx.frames[binding.frame_index]
+    source, scope = ctx.frame_source(frame)
+    if source is None:
+        return None
+    if binding.in_sequence:
+        container = binding.container_expression
+        items = src.item_assignments(scope, container)
+        if items:  # `states[i] = cell(x, states[i])`: the element is what is re-assigned
+            return _pick(ctx, source, scope, items, src.canonical(items[-1].target), before_row, from_last_iteration)
+        whole = src.assignments(scope, container)
+        if whole and not src.appends(scope, container):
+            return _pick(ctx, source, scope, whole, container, before_row, from_last_iteration)
+        stored = _locate_stored(binding, source, scope)
+        attribute = _container_attribute(binding)
+        if stored is None and attribute is not None and binding.owner is not None:
+            # `model.hidden[0]`: an LSTM's (h, c) kept on the module, set in its forward.
+            return _locate_attribute(binding.owner, attribute)
+        return stored
+    expression = binding.expression
+    found = _pick(ctx, source, scope, src.assignments(scope, expression), expression, before_row, from_last_iteration)
+    if found is None and scope is not source.tree:
+        found = _pick(ctx, source, source.tree, src.assignments(source.tree, expression), expression, None)
+    if found is None and binding.steps and binding.steps[-1][0] == "attr" and binding.owner is not None:
+        found = _locate_attribute(binding.owner, binding.steps[-1][1])
+    attribute = _container_attribute(binding)
+    if found is None and attribute is not None and binding.owner is not None:
+        found = _locate_attribute(binding.owner, attribute)  # `self.cache[key] = feat`
+    return found
+
+
+def _pick(ctx, source, scope, found, expression, before_row, from_last_iteration=False) -> Located | None:
+    if not found:
+        return None
+    loops = ctx.backward_loops(source, scope)
+
+    def score(assignment: src.Assignment):
+        stmt = assignment.stmt
+        in_loop = any(loop.lineno <= stmt.lineno <= loop.end_lineno for loop in loops)
+        before = before_row is None or stmt.lineno <= before_row or (from_last_iteration and in_loop)
+        return (before, self_referencing(assignment, expression), in_loop, stmt.lineno)
+
+    best = max(found, key=score)
+    return Located(source, scope, best.stmt, best.target, source.segment(best.target), _carried(best, expression))
+
+
+def _carried(assignment: src.Assignment, expression: str) -> bool:
+    """Re-assigned from itself, or read earlier in the loop body that re-assigns it."""
+    if self_referencing(assignment, expression):
+        return True
+    for loop in src.loops_around(assignment.stmt):
+        for stmt in loop.body:
+            if stmt.lineno >= assignment.stmt.lineno:
+                break
+            if src.reads(stmt, expression):
+                return True
+    return False
+
+
+def _locate_attribute(owner, attribute: str) -> Located | None:
+    """Where `owner`'s class assigns `self.<attribute>` (preferably from itself, outside
+    `__init__`)."""
+    source, class_node = class_source(owner)
+    if class_node is None:
+        return None
+    expression = f"self.{attribute}"
+    found = src.assignments(class_node, expression, deep=True) + src.item_assignments(class_node, expression, deep=True)
+    if not found:
+        return None
+
+    def carried(assignment) -> bool:
+        if self_referencing(assignment, src.canonical(assignment.target)):
+            return True
+        # `self.cache[key] = feat` after `feat = feat + self.cache[key]`: read, then replaced.
+        method = src.enclosing_function(assignment.stmt)
+        return isinstance(assignment.target, ast.Subscript) and method is not None and any(
+            read.lineno < assignment.stmt.lineno for read in src.reads(method, expression))
+
+    def score(assignment):
+        method = src.enclosing_function(assignment.stmt)
+        return (carried(assignment), getattr(method, "name", "") != "__init__", assignment.stmt.lineno)
+
+    best = max(found, key=score)
+    method = src.enclosing_function(best.stmt)
+    return Located(source, method or class_node, best.stmt, best.target, source.segment(best.target),
+                   carried(best), in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
+
+
+def _locate_stored(binding, source, scope) -> Located | None:
+    container = binding.container_expression
+    calls = src.appends(scope, container) or src.appends(source.tree, container, deep=True)
+    if not calls:
+        return None
+    return Located(source, scope, calls[-1], calls[-1], container, True)
+
+
+def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) -> list[Candidate]:
+    """Bindings that hold stale history (direct), hold it in a container (stored), or are
+    current values re-assigned from themselves that reach it (carried), best first."""
+    reaching_targets = reaching(current, targets)
+    direct, stored, carried = [], [], []
+    for binding in ctx.bindings():
+        grad_fn = binding.value.grad_fn
+        if grad_fn is None:
+            continue
+        key = id(grad_fn)
+        if key in targets:
+            if binding.in_sequence:
+                stored.append(Candidate(binding, "stored"))
+            else:
+                direct.append(Candidate(binding, "direct"))
+        elif key in current.nodes:
+            if key in reaching_targets and current.seq[key] >= mark:
+                carried.append(Candidate(binding, "carried"))
+        elif grad_fn._sequence_nr() >= mark and graph.reaches(grad_fn, targets, mark):
+            # e.g. an RNN's final hidden state: made by this step, not used by its loss.
+            carried.append(Candidate(binding, "carried"))
+    ranked = []
+    previous = ctx.previous
+    same_site = (ctx.call is not None and previous is not None
+                 and (previous.filename, previous.row) == (ctx.call.filename, ctx.call.row))
+    before_row = ctx.call.row if ctx.call else None
+    for candidate in direct + stored:
+        candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
+        _follow_container_alias(candidate)
+        ranked.append(candidate)
+    carried_located = []
+    for candidate in carried:
+        candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
+        if candidate.located is not None and candidate.located.carried:
+            carried_located.append(candidate)
+    # A carried state re-assigned from itself beats one merely derived from it.
+    carried_located.sort(key=lambda c: not _self_ref(c))
+    ranked.extend(carried_located)
+    for candidate in ranked:
+        candidate.name = name_of(candidate)
+    return ranked
+
+
+def name_of(candidate: Candidate) -> str:
+    """The carrier as the user wrote it: where it was made, else how the frames reach it."""
+    if candidate.located is not None:
+        return candidate.located.target_text
+    binding = candidate.binding
+    return binding.container_expression if candidate.relation == "stored" else binding.expression
+
+
+def _follow_container_alias(candidate: Candidate) -> None:
+    """`prev = cache.get("prev")`: the culprit is `cache["prev"] = ...`, where it is kept."""
+    located = candidate.located
+    value = src.value_of(located.store) if located is not None else None
+    key = None
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant):
+        container, key = value.value, value.slice
+    elif (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+          and value.func.attr in ("get", "pop") and value.args and isinstance(value.args[0], ast.Constant)):
+        container, key = value.func.value, value.args[0]
+    if key is None:
+        return
+    expression = f"{src.canonical(container)}[{key.value!r}]"
+    stores = src.assignments(located.scope, expression)
+    if not stores:
+        return
+    store = stores[-1]
+    alias = Located(located.source, located.scope, store.stmt, store.target, located.source.segment(store.target), True)
+    candidate.located, candidate.relation = alias, "stored"
+
+
+def _container_attribute(binding: naming.Binding) -> str | None:
+    """`hidden` for `model.hidden[0]`: the attribute that holds the sequence."""
+    steps = binding.steps
+    while steps and steps[-1][0] == "item":
+        steps = steps[:-1]
+    return steps[-1][1] if steps and steps[-1][0] == "attr" else None
+
+
+def _self_ref(candidate: Candidate) -> bool:
+    located = candidate.located
+    if located is None or not isinstance(located.store, ast.stmt):
+        return False
+    return self_referencing(located.assignment, src.canonical(located.target_text))
+
+
+def reaching(walk: graph.Walk, targets: set[int]) -> set[int]:
+    """Nodes of `walk` from which one of `targets` can be reached (targets included)."""
+    found = {t for t in targets if t in walk.nodes}
+    stack = list(found)
+    while stack:
+        key = stack.pop()
+        for consumer in walk.consumers.get(key, ()):
+            if consumer not in found:
+                found.add(consumer)
+                stack.append(consumer)
+    return found
+
+
+def shares_history(grad_fn, other: graph.Walk) -> bool:
+    """Whether `grad_fn`'s history meets a non-leaf node of `other`."""
+    mine = graph.walk([grad_fn])
+    return any(key in other.nodes for key, seq in mine.seq.items() if seq != graph.LEAF_SEQ)
+
+
+def class_source(owner) -> tuple[src.Source | None, ast.ClassDef | None]:
+    """The source file and class definition of a user object's class."""
+    code = _method_code(type(owner))
+    source = src.load(code.co_filename) if code is not None else None
+    if source is None:
+        return None, None
+    return source, src.class_named(source, type(owner).__name__, code.co_firstlineno)
+
+
+def _method_code(cls):
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("torch"):
+            break
+        for value in vars(klass).values():
+            code = getattr(value, "__code__", None)
+            if code is not None:
+                return code
+    return None
+
+
+def self_referencing(assignment: src.Assignment, expression: str) -> bool:
+    """`x = f(x)` or `x += y`: the new value is made from the old one."""
+    if isinstance(assignment.stmt, ast.AugAssign):
+        return True
+    value = src.value_of(assignment.stmt)
+    return value is not None and bool(src.reads(value, expression))

@@ -1,0 +1,126 @@
+"""A tensor with history made once and back-propagated again and again (BX004): in `__init__`,
+before the loop or the closure that repeats the backward, or a list filled before the loop
+whose every pass reads it (deep mutual learning)."""
+from __future__ import annotations
+
+import ast
+
+import torch
+
+from ...fixes import constant_data, detach_peer_reads, move_into_loop
+from ...model import Finding
+from ...reading import source as src
+from ...reading.dataflow import ancestors
+from ..records import BackwardCall
+from .context import Context
+from .evidence import culprit, finding, freed_graph
+from .locate import Candidate, Located
+from .trained import leaves_under, optimizer_parameters
+
+
+def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall, failing, source) -> Finding | None:
+    """The finding when the candidate was made once, in `__init__` or before the loop or
+    closure that repeats the failing backward; else None."""
+    located, name = candidate.located, candidate.name
+    if located is not None and located.in_init and located.class_node is not None:
+        fix = move_into_loop.inline_attribute(located.source, located.class_node, located.store, located.target_text)
+        return finding("BX004", "run-init", "second-backward", freed_graph(ctx, name, located, previous, "grows"),
+                       [culprit(ctx, candidate)], [fix])
+    owner = repeating_owner(ctx, located, failing, source)
+    if owner is None:
+        return None
+    untrained = _untrained_leaves(ctx, candidate)
+    model = None if untrained else _called_again_in(ctx, located, owner)
+    fixes = []
+    if untrained:
+        fixes.append(constant_data.detach_data(located.source, located.store, name, untrained))
+    if model is not None:
+        # Recomputing it in the loop would make it equal to the fresh output (PPO's ratio 1).
+        fixes.append(constant_data.detach_snapshot(located.source, located.store, name, model))
+    else:
+        fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
+    kind = "closure" if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) else "loop"
+    return finding("BX004", "run-before", "second-backward", freed_graph(ctx, name, located, previous, "grows",
+                                                                         owner=kind),
+                   [culprit(ctx, candidate)], fixes)
+
+
+def loop_past_the_fill(located: Located | None, failing, source) -> ast.stmt | None:
+    """The innermost loop around the failing backward, when the container was filled (in the
+    same file) outside it."""
+    loops = src.loops_around(failing) if failing is not None else []
+    if located is None or not loops or located.source.filename != source.filename \
+            or src.inside(located.store, loops[0]):
+        return None
+    return loops[0]
+
+
+def filled_before_the_loop(ctx: Context, candidate: Candidate, previous: BackwardCall, loop: ast.stmt, failing,
+                           source) -> Finding:
+    """Mutual learning: `outputs` is filled once, then each pass of the loop trains one model on
+    all of them. Emptying it would break the next pass; the peers' items need detaching."""
+    located, name = candidate.located, candidate.name
+    between = ctx.steps_between(previous.tick, ctx.call.tick)
+    own = detach_peer_reads.own_index(failing, loop)
+    fix = detach_peer_reads.detach_peer_items(source, loop, name, own, failing.lineno) if own is not None else None
+    evidence = freed_graph(ctx, name, located, previous, "after-step" if between else "grows", loop_row=loop.lineno,
+                           repeat="pass")
+    return finding("BX004", "run-filled", "second-backward", evidence, [culprit(ctx, candidate)], [fix],
+                   "certain" if located is not None else "likely")
+
+
+def repeating_owner(ctx: Context, located: Located | None, failing, source) -> ast.AST | None:
+    """The loop or closure that repeats the failing backward while `located` is outside it."""
+    if located is None or failing is None or source is None or located.source.filename != source.filename:
+        return None
+    store = located.store
+    for ancestor in src.ancestors(failing):
+        if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While)):
+            if not (ancestor.lineno <= store.lineno <= ancestor.end_lineno) and store.lineno < ancestor.lineno:
+                return ancestor
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if store.lineno < ancestor.lineno and located.scope is not ancestor:
+                return ancestor
+            break
+    return None
+
+
+def _called_again_in(ctx: Context, located: Located, owner: ast.AST) -> str | None:
+    """A model that made `located`'s value (in its statement or the ones it was computed from,
+    before `owner`) and that `owner`, the loop, calls again: PPO's `old_log_probs` from
+    `policy(states)`, with `policy(states)` again in the update loop."""
+    if not isinstance(located.store, ast.stmt) or src.value_of(located.store) is None:
+        return None
+    made_by = [located.store] + [a.stmt for a in ancestors(src.value_of(located.store), located.scope,
+                                                           located.store.lineno) if a.stmt.lineno < owner.lineno]
+    filename = located.source.filename
+
+    def models(nodes) -> list[str]:
+        names = []
+        for node in nodes:
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)):
+                    name = src.canonical(call.func)
+                    if name not in names and isinstance(ctx.lookup(name, filename), torch.nn.Module):
+                        names.append(name)
+        return names
+
+    again = set(models(owner.body))
+    return next((name for name in models(made_by) if name in again), None)
+
+
+def _untrained_leaves(ctx: Context, candidate: Candidate) -> str | None:
+    """How to name the leaves `candidate` was made from, when the recorded optimizers train none
+    of them (`Y = X @ true_W` with `true_W.requires_grad=True`: a target, not a model output)."""
+    trained = optimizer_parameters(ctx.steps)
+    grad_fn = candidate.binding.value.grad_fn
+    if not trained or grad_fn is None:
+        return None
+    leaves = leaves_under(grad_fn)
+    if not leaves or any(id(leaf) in trained for leaf in leaves):
+        return None
+    names = {id(b.value): b.expression for b in ctx.bindings()}
+    named = [f"`{names[id(leaf)]}`" for leaf in leaves if id(leaf) in names]
+    if len(named) == len(leaves) and len(named) <= 3:
+        return " and ".join(named)
+    return f"{len(leaves)} tensor{'s' if len(leaves) > 1 else ''}"

@@ -1,0 +1,129 @@
+"""A graph shared by two backward calls of one pass (BX006): a GAN's `fake`, two heads on one
+trunk, an actor's advantage; or the same loss back-propagated twice."""
+from __future__ import annotations
+
+from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
+from ...fixes.edits import node_start
+from ...model import Finding, Fix
+from ...reading import source as src
+from ..records import BackwardCall
+from .context import Context
+from .evidence import culprit, culprit_at, finding, freed_graph
+from .locate import Candidate
+from .trained import optimizer_parameters, parameters_under, trained_by
+
+# A few more tensors shared the same way (peers' outputs); each costs a walk of its graph.
+_MORE_SHARED = 3
+
+
+def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, failing, source,
+            others: list[Candidate] = ()) -> Finding:
+    """Used by two backward calls of one iteration: detach it for the update that must not
+    train what made it, recompute it after the step, or sum the losses."""
+    located, name = candidate.located, candidate.name
+    between = ctx.steps_between(previous.tick, ctx.call.tick)
+    _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
+    fixes: list[Fix | None] = []
+    advice = "after-step"
+    if located is not None and failing is not None and between:
+        last_step = max(between, key=lambda s: s.tick)
+        shared = [candidate] + [c for c in others if c.relation == "direct" and c.located is not None
+                                and c.located.source is located.source
+                                and c.located.scope is located.scope][:_MORE_SHARED]
+        detach, first_update = _detach_for_each_update(ctx, shared, previous, between, last_step, failing, source)
+        fixes.append(detach)
+        if first_update:
+            advice = "first-update"
+        fixes.append(recompute_forward.recompute_before_use(
+            located.source, located.scope, located.store, last_step.row, failing,
+            f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row).code}`"
+            f" (line {last_step.row}): the step changed the weights its graph was built with",
+            upstream=ctx.made_history))
+    elif located is not None and failing is not None:
+        fixes.append(sum_losses.sum_and_backward_once(source, previous_stmt, failing) if previous_stmt is not None
+                     else None)
+        call = src.call_named(previous_stmt, "backward")
+        if call is not None:
+            fixes.append(graph_options.add_retain_graph(
+                source, call, "Keep the shared graph for the second backward with "
+                "`retain_graph=True` on the first one (correct here: no step in between)"))
+        advice = "sum-losses"
+    return finding("BX006", "run-shared", "second-backward", freed_graph(ctx, name, located, previous, advice),
+                   [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
+
+
+def same_tensor_twice(ctx: Context, previous: BackwardCall) -> Finding | None:
+    """The same loss back-propagated twice (`loss.backward()` in a helper, then again by its
+    caller): the second call is the bug, not the freed graph."""
+    source, _, failing = ctx.failing_statement()
+    receiver = src.call_receiver(failing, "backward") if failing is not None else None
+    if receiver is None:
+        return None
+    name = source.segment(receiver)
+    fix = remove_statement.remove_call(source, failing, receiver)
+    return finding("BX006", "run-twice", "second-backward", freed_graph(ctx, name, None, previous, "twice"),
+                   [culprit_at(name, source, node_start(source, failing))], [fix])
+
+
+def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, between, last_step, failing, source):
+    """Detach each shared tensor where a loss reads it whose optimizer does not train the model
+    that produced it: for the update between the two backward calls (a GAN's discriminator on
+    `fake`), or for the one after this backward (peers learning from each other's outputs).
+    Returns (the fix, whether `shared[0]` is detached for the first update)."""
+    stepped = optimizer_parameters(between)
+    follower = _step_after(ctx, source, failing)
+    follower_trains = trained_by(follower[1]) if follower is not None else set()
+    edits, parts, first_update = [], [], False
+    for index, candidate in enumerate(shared):
+        located, name = candidate.located, candidate.name
+        produced_by = parameters_under(candidate.binding.value.grad_fn)
+        if not produced_by:
+            continue
+        if stepped and not (stepped & produced_by):
+            fix = detach_for_first_consumer.detach_before(
+                located.source, located.scope, name, located.store.end_lineno, previous.row)
+            part = f"`{name}` for the `{ctx.call_site(last_step.filename, last_step.row).code}` update"
+            first_update = first_update or (fix is not None and index == 0)
+        elif follower is not None and not (follower_trains & produced_by):
+            fix = detach_for_first_consumer.detach_before(
+                located.source, located.scope, name, last_step.row, failing.lineno,
+                detach_for_first_consumer.LATER_UPDATE.format(step=f"{follower[0]}.step()", carrier="{carrier}"))
+            part = f"`{name}` for the `{follower[0]}.step()` update"
+        else:
+            continue
+        if fix is not None and not _overlaps(edits, fix.edits):
+            edits.extend(fix.edits)
+            parts.append((part, fix))
+    if not parts:
+        return None, False
+    if len(parts) == 1:
+        return parts[0][1], first_update
+    listed = " and ".join(part for part, _ in parts)
+    return Fix(f"Detach {listed}: neither optimizer trains the model that produced the tensor "
+               f"it is given, so each loss needs it only as a value", tuple(edits)), first_update
+
+
+def _overlaps(edits, more) -> bool:
+    spans = [(e.location.row, e.location.column, e.end_location.row, e.end_location.column) for e in edits]
+    for e in more:
+        start, end = (e.location.row, e.location.column), (e.end_location.row, e.end_location.column)
+        if any(start < (r2, c2) and (r1, c1) < end for r1, c1, r2, c2 in spans):
+            return True
+    return False
+
+
+def _step_after(ctx: Context, source, failing) -> tuple[str, object] | None:
+    """The optimizer whose `step()` follows the failing backward in the same block: the update
+    this backward's gradients are for."""
+    body = src.enclosing_block(failing)
+    after = next((i + 1 for i, s in enumerate(body) if s is failing), len(body))
+    for stmt in body[after:]:
+        receiver = src.call_receiver(stmt, "step")
+        if receiver is None:
+            continue
+        name = src.canonical(receiver)
+        optimizer = ctx.lookup(name, source.filename)
+        if optimizer is None or not hasattr(optimizer, "param_groups"):
+            return None
+        return name, optimizer
+    return None
