@@ -325,9 +325,19 @@ def enclosing_block(stmt: ast.stmt) -> list[ast.stmt]:
 
 
 def statements_at(scope: ast.AST, row: int) -> list[ast.stmt]:
-    found = [n for n in ast.walk(scope) if isinstance(n, ast.stmt)
-             and n.lineno <= row <= (n.end_lineno or n.lineno)]
-    return sorted(found, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno)))
+    """The statements of `scope` (itself included) that span `row`, outermost first. Statements
+    nest in the lines of those around them, and no statement is inside an expression, so only
+    the statements that span `row` are descended into (a walk of the whole tree cost most of
+    an explanation's time)."""
+    found, pending = [], [scope]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.stmt):
+            if not node.lineno <= row <= (node.end_lineno or node.lineno):
+                continue
+            found.append(node)
+        pending.extend(child for child in ast.iter_child_nodes(node) if not isinstance(child, ast.expr))
+    return sorted(found, key=lambda n: (n.lineno, -(n.end_lineno or n.lineno), n.col_offset))
 
 
 _COMPOUND = (ast.For, ast.While, ast.If, ast.With, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
