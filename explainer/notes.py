@@ -8,6 +8,7 @@ Whatever fails here costs the user one line, never their error.
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 
 NOTE_PREFIX = "[explainer]"
 
@@ -30,32 +31,35 @@ def install_or_say_why_not() -> bool:
 
 def add_note(error, call, roots, caller, calls, steps) -> None:
     """Explain `error` and attach the explanation to it as a note."""
-    try:
-        # Imported on the first error only: keeps `import explainer` and `install()` cheap.
+    with _one_line_on_failure(error):
         from .render.text import render_note
-        from .runtime import analysis
 
-        finding = analysis.explain_error(error, call, roots, caller, calls, steps)
+        finding = _explain(error, call, roots, caller, calls, steps)
         if finding is not None:
             error.add_note(render_note(finding))
-    except Exception as internal:  # noqa: BLE001 - the user's error must stand, whatever happens here
-        error.add_note(_could_not_explain(internal))
 
 
 def record_only(error, call, roots, caller, calls, steps) -> None:
-    """Explain `error` into the journal only, for a front-end that renders from there (IPython);
-    a failure is still one line on the error."""
+    """Explain `error` into the journal only, for a front-end that renders from there (IPython)."""
+    with _one_line_on_failure(error):
+        _explain(error, call, roots, caller, calls, steps)
+
+
+def _explain(error, call, roots, caller, calls, steps):
+    # Imported on the first error only: keeps `import explainer` and `install()` cheap.
+    from .runtime import analysis
+
+    return analysis.explain_error(error, call, roots, caller, calls, steps)
+
+
+@contextmanager
+def _one_line_on_failure(error):
+    """Whatever fails while explaining costs the user's error one line, and the error stands."""
     try:
-        from .runtime import analysis
-
-        analysis.explain_error(error, call, roots, caller, calls, steps)
+        yield
     except Exception as internal:  # noqa: BLE001
-        error.add_note(_could_not_explain(internal))
-
-
-def _could_not_explain(internal: Exception) -> str:
-    return (f"{NOTE_PREFIX} could not explain this error ({type(internal).__name__}: {internal}); "
-            f"the error above is PyTorch's own.")
+        error.add_note(f"{NOTE_PREFIX} could not explain this error ({type(internal).__name__}: {internal}); "
+                       f"the error above is PyTorch's own.")
 
 
 def warn_growth(call, roots, caller, calls, steps) -> bool:

@@ -23,11 +23,7 @@ def culprit(ctx: Context, candidate: Candidate) -> Culprit:
     if located is None:
         frame = ctx.frames[candidate.binding.frame_index]
         return Culprit(candidate.name, frame.f_code.co_filename, Location(frame.f_lineno, 1), "")
-    return located_culprit(candidate.name, located)
-
-
-def located_culprit(name: str, located: Located) -> Culprit:
-    return Culprit(name, located.source.filename, located.location, "", located.source.line(located.row).strip())
+    return culprit_at(candidate.name, located.source, located.location)
 
 
 def culprit_at(name: str, source: src.Source, location: Location) -> Culprit:

@@ -14,7 +14,7 @@ from .. import graph, naming
 from ..errors import InplaceDetail, version_facts
 from ..records import StepCall
 from .context import Context
-from .evidence import culprit, culprit_at, finding, located_culprit, made_at
+from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
 from .locate import Candidate, Located, class_source, locate, name_of, reaching
 
@@ -74,7 +74,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     located = carrier.located if carrier is not None else None
     culprits = []
     if located is not None:
-        culprits = [located_culprit(name, located), culprit(ctx, carrier)]
+        culprits = [culprit_at(name, located.source, located.location), culprit(ctx, carrier)]
     elif step_site is not None:
         culprits = [Culprit(name, step_site.filename, Location(step_site.row, 1), "", step_site.code)]
     evidence = Evidence(name, made_at(ctx, located), ctx.backward_site(), steps=(step_site,) if step_site else (),
