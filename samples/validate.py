@@ -2,9 +2,12 @@
 
     python samples/validate.py --device cpu|cuda [--write-readme] [--jobs N]
 
-For each buggy sample: the explained kind, culprit and line against the sample's header, and
-whether applying `fixes[0]` makes the script run clean; for each fixed twin and clean scenario:
-that it runs clean. --write-readme puts the table into samples/README.md with device and date.
+For each buggy sample (the scenarios beside this file and the real-world cases in real/): the
+explained kind, culprit and line against the sample's header; whether applying `fixes[0]` makes
+the script run clean, and whether the fixed script then trains what its twin trains (every
+parameter of every module and optimizer, same seed, within float tolerance; see trained.py); for
+each fixed twin and clean scenario: that it runs clean. --write-readme puts the table into
+samples/README.md with device and date.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import time
 from pathlib import Path
 
 import manifest
+import trained
 
 ROOT = manifest.HERE.parent
 sys.path.insert(0, str(ROOT))
@@ -42,7 +46,7 @@ def explain(script: Path, device: str, workdir: Path) -> tuple[int, list, float]
 
 def patched_copy(sample: manifest.Sample, fix: dict, workdir: Path) -> Path:
     folder = Path(tempfile.mkdtemp(dir=workdir))
-    shutil.copy(manifest.HERE / "_device.py", folder)
+    shutil.copy(manifest.HERE / "_device.py", folder)  # the one that needs no parent folder
     target = folder / sample.path.name
     target.write_text(apply_edits(sample.path.read_text(), Fix.from_json(fix).edits))
     return target
@@ -58,29 +62,34 @@ def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
     culprit = (finding.get("culprits") or [{}])[0]
     row.update(kind=finding.get("kind", "-"), culprit=culprit.get("name", "-"),
                line=culprit.get("location", {}).get("row", "-"))
-    fixed_ok = False
+    fixed_ok = trains_same = False
     if finding.get("fixes"):
-        fix_code, fix_findings, _ = explain(patched_copy(sample, finding["fixes"][0], workdir), device, workdir)
+        patched = patched_copy(sample, finding["fixes"][0], workdir)
+        fix_code, fix_findings, _ = explain(patched, device, workdir)
         fixed_ok = fix_code == 0 and not fix_findings
+        row["training"] = trained.trains_like(patched, sample.twins, workdir, device)
+        trains_same = fixed_ok and not row["training"]
     twin_ok = None
     if sample.fixed is not None:
         twin_code, twin_findings, _ = explain(sample.fixed, device, workdir)
         twin_ok = twin_code == 0 and not twin_findings
-    row.update(fix0_runs_clean=fixed_ok, twin_runs_clean=twin_ok)
+    row.update(fix0_runs_clean=fixed_ok, fix0_trains_same=trains_same, twin_runs_clean=twin_ok)
     expected = (sample.kind, sample.culprit_on(device), sample.culprit_row)
     row["ok"] = (row["kind"], row["culprit"], row["line"]) == expected \
-        and fixed_ok and twin_ok is not False
+        and trains_same and twin_ok is not False
     return row
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| sample | expected | explained | culprit (line) | fixes[0] runs clean | twin runs clean | ok |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| sample | expected | explained | culprit (line) | fixes[0] runs clean "
+             "| fixes[0] trains what the twin trains | twin runs clean | ok |",
+             "|---|---|---|---|---|---|---|---|"]
     mark = {True: "yes", False: "**no**", None: "—"}
     for r in rows:
         culprit = f"`{r['culprit']}` ({r['line']})" if "culprit" in r else "—"
         lines.append(f"| `{r['sample']}` | {r['expected']} | {r['kind']} | {culprit} | "
-                     f"{mark[r.get('fix0_runs_clean')]} | {mark[r.get('twin_runs_clean')]} | {mark[r['ok']]} |")
+                     f"{mark[r.get('fix0_runs_clean')]} | {mark[r.get('fix0_trains_same')]} | "
+                     f"{mark[r.get('twin_runs_clean')]} | {mark[r['ok']]} |")
     return "\n".join(lines)
 
 
@@ -101,10 +110,12 @@ def main() -> int:
             concurrent.futures.ThreadPoolExecutor(max(1, options.jobs)) as pool:
         def check_and_report(sample: manifest.Sample) -> dict:
             row = check(sample, options.device, Path(folder))
-            print(f"{'ok ' if row['ok'] else 'BAD'} {sample.name}", file=sys.stderr, flush=True)
+            why = "; ".join(row.get("training", [])[:2])
+            print(f"{'ok ' if row['ok'] else 'BAD'} {sample.name}{'  ' + why if why else ''}",
+                  file=sys.stderr, flush=True)
             return row
 
-        rows = list(pool.map(check_and_report, manifest.samples()))
+        rows = list(pool.map(check_and_report, manifest.samples() + manifest.real_cases()))
     rendered = table(rows)
     print(rendered)
     if options.write_readme:
