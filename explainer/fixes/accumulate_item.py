@@ -4,13 +4,19 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..reading.source import Assignment, Source, canonical
-from .edits import replace
+from ..reading.source import Assignment, Source, canonical, loops_around
+from .edits import insert_lines_after, replace, statement_text
 
 
 def accumulate_with_item(source: Source, carrier: str, assignment: Assignment,
-                         backward_receiver: ast.expr | None) -> Fix | None:
+                         backward_receiver: ast.expr | None, backward_stmt: ast.stmt | None = None) -> Fix | None:
+    """None when the total gathers several terms per backward (an inner loop over tasks or time
+    steps that the backward is not in): back-propagating the last term alone would drop the
+    others from training."""
     stmt = assignment.stmt
+    if backward_stmt is not None and any(backward_stmt.lineno < loop.lineno or backward_stmt.lineno > loop.end_lineno
+                                         for loop in loops_around(stmt)):
+        return None
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
         term = stmt.value
     elif (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp)
@@ -30,3 +36,11 @@ def accumulate_with_item(source: Source, carrier: str, assignment: Assignment,
         edits.append(replace(source, backward_receiver, term_text if isinstance(term, (ast.Name, ast.Attribute, ast.Subscript)) else f"({term_text})"))
     return Fix(f"Back-propagate each step's `{term_text}` and keep the running total as a Python "
                f"number with `.item()`", tuple(edits))
+
+
+def reset_after_backward(source: Source, carrier: str, reset: ast.stmt, backward_stmt: ast.stmt) -> Fix:
+    """The pass resets the total (`loss = 0`) before its first backward, then adds the second
+    pass's terms to it (SAM's two forward-backward passes): reset it again after that backward."""
+    return Fix(f"Start `{carrier}` again after `{source.segment(backward_stmt).strip()}` (line "
+               f"{backward_stmt.lineno}), as at the top of the pass: the total still holds the terms that "
+               f"backward freed", (insert_lines_after(source, backward_stmt, statement_text(source, reset)),))

@@ -24,8 +24,11 @@ def detach_snapshot(source: Source, stmt: ast.stmt, name: str, model: str) -> Fi
 
 
 def detach_value(source: Source, stmt: ast.stmt, why: str) -> Fix | None:
+    """`.detach()` on the value of `stmt`; None when that value is a tuple, list, dict or set
+    (`self.a, self.b = a, b`), which has no `.detach()`."""
     value = getattr(stmt, "value", None)
-    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or value is None:
+    if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or value is None \
+            or isinstance(value, (ast.Tuple, ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
         return None
     text = source.segment(value)
     if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):

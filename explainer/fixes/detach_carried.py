@@ -12,6 +12,9 @@ from ..reading.source import (
     canonical,
     enclosing_function,
     inside,
+    last_assignment,
+    loops_around,
+    names_read,
     reads,
     value_of,
 )
@@ -65,6 +68,35 @@ def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple:
                        f"previous iteration is not back-propagated again",
                        (insert_lines_before(source, stmt, lines),))
     return None
+
+
+def restart_each_pass(source: Source, carrier: str, stmt: ast.stmt, loop: ast.stmt, scope: ast.AST) -> Fix | None:
+    """`Yest = Yest + w * X` unrolled in an inner loop, inside an outer loop whose passes repeat
+    the same computation (its own variable is never read): each pass should unroll from the
+    value made before the outer loop, as the first pass does. Detaching instead would start
+    each pass from where the last one ended, and train something else."""
+    if not carrier.isidentifier() or any(s is stmt for s in loop.body):
+        return None
+    inner = loops_around(stmt, stop=loop)
+    if not inner:
+        return None
+    start = last_assignment(scope, carrier, loop.lineno)
+    loop_names = {n.id for n in ast.walk(getattr(loop, "target", ast.Pass())) if isinstance(n, ast.Name)}
+    if start is None or loop_names & set().union(*(names_read(s) for s in loop.body)):
+        return None
+    if any(inside(a.stmt, loop) and not any(inside(a.stmt, i) for i in inner) for a in assignments(scope, carrier)):
+        return None
+    saved = f"{carrier}_start"
+    if saved in names_read(scope) or assignments(scope, saved):
+        return None
+    first_read = next((s for s in loop.body if reads(s, carrier)), None)
+    if first_read is None:
+        return None
+    return Fix(f"Start every pass from `{carrier}`'s value before the loop, as the first pass does: "
+               f"each pass unrolls the same recurrence again, and carrying the last pass's "
+               f"`{carrier}` into the next one reaches its freed graph",
+               (insert_lines_before(source, loop, [f"{saved} = {carrier}"]),
+                insert_lines_before(source, first_read, [f"{carrier} = {saved}"])))
 
 
 def detach_elements_at_loop_entry(source: Source, container: str, loop: ast.stmt, made_as: ast.AST | None) -> Fix | None:
@@ -125,12 +157,14 @@ def detach_stored_value(source: Source, store: ast.AST, container: str) -> Fix |
 
 
 def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is_tuple: bool,
-                           class_node: ast.ClassDef | None = None) -> list[Fix | None]:
+                           class_node: ast.ClassDef | None = None, used_now: bool = False) -> list[Fix | None]:
     """State kept on a module and re-assigned in a method. A submodule call (`self.gru(x,
     self.hidden)`) makes the new state from the old one: detach the old one there (first checking
     for None when the state starts as None, as nn.LSTM and nn.GRU accept). Anything else keeps
-    this step's tensors in the state: store it without history, or under no_grad."""
-    from .no_grad_update import update_under_no_grad
+    this step's tensors in the state: store it without history, or under no_grad; unsafe when
+    the state's new value is `used_now` by this step's loss (a spiking neuron's membrane, read
+    again within the step), which those fixes would cut from it."""
+    from .no_grad_update import update_every_branch_under_no_grad
 
     stmt = assignment.stmt
     value = getattr(stmt, "value", None)
@@ -142,9 +176,14 @@ def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is
     if isinstance(value, ast.Call) and _is_self_call(value):
         fixes.append(detach_if_set(source, name, stmt, is_tuple) if may_be_none
                      else detach_where_read(source, name, assignment, is_tuple))
-    elif isinstance(value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
-        fixes.append(detach_stored_value(source, stmt, name))
-    fixes.append(update_under_no_grad(source, stmt, name))
+    else:
+        cutting = []
+        if isinstance(value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
+            cutting.append(detach_stored_value(source, stmt, name))
+        cutting.append(update_every_branch_under_no_grad(source, stmt, name))
+        fixes.extend(Fix(f.message, f.edits, "unsafe") if f is not None and used_now else f for f in cutting)
+        return fixes
+    fixes.append(update_every_branch_under_no_grad(source, stmt, name))
     return fixes
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..reading.source import Source, canonical, targets_of
+from ..reading.source import Source, assignments, canonical, enclosing_function, targets_of
 from .edits import imports_torch, replace
 
 
@@ -23,3 +23,23 @@ def update_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix 
     value = stmt.value
     return Fix(f"Store `{attribute}` detached: it is running state, not something to "
                f"back-propagate through", (replace(source, value, f"({source.segment(value)}).detach()"),))
+
+
+def update_every_branch_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix | None:
+    """`update_under_no_grad` for `stmt` and every other statement of its method that computes
+    `attribute` anew (`if self.memory is not None: ... else: self.memory = k.T @ v`): one branch
+    left recording would carry the history on."""
+    first = update_under_no_grad(source, stmt, attribute)
+    method = enclosing_function(stmt)
+    if first is None or method is None:
+        return first
+    edits = list(first.edits)
+    for other in assignments(method, attribute, deep=True):
+        value = getattr(other.stmt, "value", None)
+        if other.stmt is stmt or value is None or isinstance(value, (ast.Constant, ast.Name)):
+            continue
+        more = update_under_no_grad(source, other.stmt, attribute)
+        if more is None:
+            return None
+        edits.extend(more.edits)
+    return Fix(first.message, tuple(edits), first.applicability)

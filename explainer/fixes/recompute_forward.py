@@ -93,5 +93,40 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
         if insertion.lineno <= stmt.lineno <= failing_stmt.lineno:
             needed |= names_read(stmt) | {canonical(n) for n in ast.walk(stmt) if isinstance(n, (ast.Attribute, ast.Subscript))}
     kept = _needed(chain, carrier_stmt, needed)
-    lines = [line for stmt in kept for line in statement_text(source, stmt)]
+    if any(parent(stmt) is not parent(carrier_stmt) for stmt in kept):
+        return None  # statements of an if's two branches cannot be copied one after the other
+    lines = [*zero_grad_again(scope, after_row, insertion.lineno, failing_stmt),
+             *(line for stmt in kept for line in statement_text(source, stmt))]
     return Fix(why, (insert_lines_before(source, insertion, lines),))
+
+
+def _method_call(stmt: ast.stmt, method: str) -> str | None:
+    """`opt` for the statement `opt.<method>()`."""
+    call = getattr(stmt, "value", None) if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == method:
+        return canonical(call.func.value)
+    return None
+
+
+def last_step_before(scope: ast.AST, row: int) -> int | None:
+    """The row of the last `opt.step()` statement of `scope` before `row`."""
+    rows = [s.lineno for s in _simple_statements(scope) if s.lineno < row and _method_call(s, "step")]
+    return rows[-1] if rows else None
+
+
+def zero_grad_again(scope: ast.AST, step_row: int, insertion_row: int, after: ast.stmt) -> list[str]:
+    """`opt.zero_grad()`, to go before a forward recomputed at `insertion_row` after `opt.step()`
+    (at `step_row`), when the same optimizer steps again after `after` and the user zeroes it
+    before the first backward: without it, the second step would apply the first loss's
+    gradient a second time."""
+    statements = _simple_statements(scope)
+    stepped = next((_method_call(s, "step") for s in statements if s.lineno == step_row), None)
+    if stepped is None:
+        return []
+    loop = next(iter(reversed(loops_around(after))), None)
+    end = loop.end_lineno if loop is not None else after.end_lineno
+    start = loop.lineno if loop is not None else 0
+    steps_again = any(_method_call(s, "step") == stepped for s in statements if after.end_lineno < s.lineno <= end)
+    zeroed_before = any(_method_call(s, "zero_grad") == stepped for s in statements if start < s.lineno < step_row)
+    zeroed_since = any(_method_call(s, "zero_grad") for s in statements if step_row < s.lineno < insertion_row)
+    return [f"{stepped}.zero_grad()"] if steps_again and zeroed_before and not zeroed_since else []

@@ -6,6 +6,7 @@ import ast
 from ..model import Fix
 from ..reading.source import Source, assignments, canonical
 from .edits import delete_lines, replace, statement_text
+from .recompute_forward import last_step_before, zero_grad_again
 
 
 def recompute_instead_of_detach(source: Source, scope: ast.AST, stmt: ast.stmt, name: str) -> Fix | None:
@@ -16,7 +17,9 @@ def recompute_instead_of_detach(source: Source, scope: ast.AST, stmt: ast.stmt, 
         return None
     previous = earlier[-1].stmt
     indent = source.indent_of(stmt.lineno)
-    text = ("\n" + indent).join(statement_text(source, previous))
+    step_row = last_step_before(scope, stmt.lineno)
+    zeroing = zero_grad_again(scope, step_row, stmt.lineno, stmt) if step_row and step_row > previous.lineno else []
+    text = ("\n" + indent).join([*zeroing, *statement_text(source, previous)])
     return Fix(f"Recompute `{name}` with a fresh forward instead of detaching it: the detached "
                f"value has no graph for the next backward", (replace(source, stmt, text),))
 

@@ -621,16 +621,26 @@ def carried_across_passes(stmt: ast.stmt, target: ast.expr, scope: ast.AST, cont
     return not detached_in(container, expression) and not reset_before(container, stmt, expression)
 
 
-def reset_before(container, stmt, expression) -> bool:
-    """A fresh value each iteration (`hidden = model.init_hidden()` at the top) is not carried."""
+def reset_before(container, stmt, expression, after_row: int = 0) -> bool:
+    """A fresh value each iteration (`hidden = model.init_hidden()` at the top) is not carried.
+    Only resets below `after_row` count."""
+    reset = last_reset(container, stmt, expression)
+    return reset is not None and reset.lineno > after_row
+
+
+def last_reset(container, stmt, expression) -> ast.stmt | None:
+    """The last statement before `stmt` that gives `expression` a fresh value (not made from
+    itself) on every pass through `container`."""
+    found = None
     for node in src.own_nodes(container):
         if isinstance(node, ast.stmt) and node.lineno < stmt.lineno and node is not stmt \
                 and _unconditional_in(node, container):
             for target in src.targets_of(node):
                 value = src.value_of(node)
-                if src.canonical(target) == expression and value is not None and not src.reads(value, expression):
-                    return True
-    return False
+                if src.canonical(target) == expression and value is not None and not src.reads(value, expression) \
+                        and (found is None or node.lineno > found.lineno):
+                    found = node
+    return found
 
 
 def _unconditional_in(node, container) -> bool:

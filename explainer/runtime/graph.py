@@ -6,6 +6,8 @@ below the mark recorded at an earlier backward call: it was created before that 
 """
 from __future__ import annotations
 
+import torch
+
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -106,6 +108,38 @@ def walk(roots, *, expand=None, reserve: int = 0) -> Walk:
             consumers[child_key] = [key]
             queue.append(child)
     return result
+
+
+def freed(node) -> bool | None:
+    """Whether a backward already freed what `node` saved for its own backward: True, False, or
+    None when it saved nothing it can be asked about (an addition, a leaf)."""
+    saved_tensor = False
+    for name in dir(node):
+        if not name.startswith("_saved_"):
+            continue
+        try:
+            value = getattr(node, name)
+        except RuntimeError:  # "... saved tensors after they have already been freed"
+            return True
+        saved_tensor = saved_tensor or isinstance(value, torch.Tensor) or (
+            isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value))
+    return False if saved_tensor else None
+
+
+def freed_below(nodes, limit: int = 64) -> bool | None:
+    """Whether the history below `nodes` (breadth-first, `limit` nodes at most) was freed: the
+    first node that saved something tells. None when none of them did."""
+    queue, seen = deque(nodes), set()
+    while queue and len(seen) < limit:
+        node = queue.popleft()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        answer = freed(node)
+        if answer is not None:
+            return answer
+        queue.extend(child for child, _ in node.next_functions)
+    return None
 
 
 def stale_boundary(result: Walk, mark: int) -> list[int]:

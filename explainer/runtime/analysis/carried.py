@@ -7,7 +7,7 @@ import ast
 from ...fixes import accumulate_item, detach_carried
 from ...model import Finding, Fix
 from ...reading import source as src
-from ...reading.training import running_total
+from ...reading.training import last_reset, running_total
 from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, finding, freed_graph
@@ -44,10 +44,15 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
             is_tuple = True  # `self.hidden`, found through `model.hidden[0]`
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     if located.class_node is not None:
-        return detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple, located.class_node)
+        return detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple, located.class_node,
+                                                     candidate.used_now)
+    reset = _reset_before_freeing(ctx, located, name, failing)
+    if reset is not None:
+        # Both backward calls are in one pass: there is no older pass's history to detach.
+        return [accumulate_item.reset_after_backward(source, name, *reset)]
     if isinstance(stmt, (ast.Assign, ast.AugAssign)) and receiver is not None \
             and src.canonical(receiver) == src.canonical(name):
-        fixes.append(accumulate_item.accumulate_with_item(source, name, located.assignment, receiver))
+        fixes.append(accumulate_item.accumulate_with_item(source, name, located.assignment, receiver, failing))
     # The loop may be in a caller: `state = train_step(model, state)` around a helper's backward.
     loops = ctx.backward_loops(source, located.scope) or src.loops_around(stmt)
     loop = loops[-1] if loops else None
@@ -63,6 +68,7 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
             source, container, loop, made.value if made is not None else None))
         return fixes
     if loop is not None:
+        fixes.append(detach_carried.restart_each_pass(source, name, stmt, loop, located.scope))
         may_be_none = detach_carried.starts_as_none(located.scope, name, loop)
         fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
         if failing is not None and stmt.lineno > failing.end_lineno and src.inside(failing, loop):
@@ -71,3 +77,20 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
             fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
         fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
     return fixes
+
+
+def _reset_before_freeing(ctx: Context, located, name: str, failing):
+    """(the reset, the freeing backward's statement) when the pass gives `name` a fresh value
+    before the backward that freed the graph, and the failing backward comes later in the same
+    pass: the total still holds what that backward went through."""
+    freeing = ctx.freeing
+    if failing is None or freeing is None or freeing.filename != located.source.filename \
+            or not isinstance(located.store, ast.stmt) or not freeing.row < located.store.lineno:
+        return None
+    _, _, freeing_stmt = ctx.site_statement(freeing.filename, freeing.row)
+    for loop in src.loops_around(located.store):
+        if src.inside(failing, loop) and freeing_stmt is not None and src.inside(freeing_stmt, loop):
+            reset = last_reset(loop, located.store, src.canonical(name))
+            if reset is not None and reset.lineno < freeing.row:
+                return reset, freeing_stmt
+    return None

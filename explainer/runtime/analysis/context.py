@@ -25,6 +25,14 @@ class Context:
     def previous(self) -> BackwardCall | None:
         return self.calls[-1] if self.calls else None
 
+    @property
+    def freeing(self) -> BackwardCall | None:
+        """The last recorded call that could have freed a graph: a call that retained its graph
+        freed nothing (the gradient penalty's `autograd.grad(..., retain_graph=True)` just
+        before the backward that fails on the previous pass's graph). The last call when every
+        call retained."""
+        return next((c for c in reversed(self.calls) if not c.retain_graph), self.previous)
+
     def bindings(self) -> list[naming.Binding]:
         if self._bindings is None:
             self._bindings = naming.bindings(self.frames)

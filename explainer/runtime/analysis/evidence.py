@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...causes import BY_CODE, role_of
+from ...fixes.soundness import runs
 from ...model import CallSite, Culprit, Evidence, Fact, Finding, Location
 from ...reading import source as src
 from ..records import BackwardCall
@@ -32,10 +33,11 @@ def culprit_at(name: str, source: src.Source, location: Location) -> Culprit:
 
 def finding(code: str, variant: str, kind: str, evidence: Evidence, culprits=(), fixes=(),
             confidence: str = "certain") -> Finding:
-    """The runtime finding; `fixes` best first (None entries, builders that did not apply, are
-    dropped). It points at the first culprit's name, else at the failing call."""
+    """The runtime finding; `fixes` best first (None entries, builders that did not apply, and
+    fixes that could not run are dropped). It points at the first culprit's name, else at the
+    failing call."""
     culprits = tuple(replace(c, role=role_of(code, variant, i, evidence)) for i, c in enumerate(culprits))
-    fixes = tuple(f for f in fixes if f is not None)
+    fixes = tuple(f for f in fixes if f is not None and runs(f))
     if culprits:
         filename, start, end = _span(culprits[0].filename, culprits[0].location, culprits[0].name)
     else:

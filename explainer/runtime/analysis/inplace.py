@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import math
+import textwrap
 
 from ...fixes import graph_options, out_of_place, recompute_forward
 from ...fixes.edits import delete_lines, insert_lines_after, node_start, statement_text
@@ -17,6 +18,7 @@ from .context import Context
 from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
 from .locate import Candidate, Located, class_source, locate, name_of, reaching
+from .trained import optimizer_parameters, parameters_under
 
 
 def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | None:
@@ -63,13 +65,15 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         if recompute is not None:
             edits = recompute.edits
             previous = ctx.previous
-            if previous is not None and previous.retain_graph and not _reads_history(ctx, located):
+            if previous is not None and previous.retain_graph and not _reads_history(ctx, located) \
+                    and not _recompute_reads_history(ctx, recompute):
                 _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
                 call = src.call_named(previous_stmt, "backward")
                 drop = graph_options.drop_keyword(located.source, call, "retain_graph") if call else None
                 if drop is not None:
                     edits = edits + (drop,)
-            fixes.append(Fix(recompute.message, edits))
+            stale = _stale_reads(ctx, recompute, optimizer_parameters(steps))
+            fixes.append(Fix(recompute.message, edits, "unsafe" if stale else "safe"))
         fixes.append(_reorder_step(source, scope, step, failing))
     located = carrier.located if carrier is not None else None
     culprits = []
@@ -87,6 +91,34 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         code, variant = "BX007", "run-step" if located is not None else "run-step-site"
     return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
                    "certain" if parameter_name and step_site else "likely")
+
+
+def _recompute_reads_history(ctx, recompute: Fix) -> bool:
+    """Whether the recomputed statements read a tensor with history that they do not make
+    themselves (`total_loss = actor_loss + ...`): that graph still needs the retained one."""
+    return bool(_outside_reads(ctx, recompute))
+
+
+def _stale_reads(ctx, recompute: Fix, stepped: set[int]) -> list:
+    """The tensors the recomputed statements read, without making them, whose history reaches a
+    parameter the steps changed: recomputing only part of the loss would fail on them next
+    (the actor's loss reads both critics' Q values, and both critics stepped)."""
+    return [b for b in _outside_reads(ctx, recompute) if stepped & parameters_under(b.value.grad_fn)]
+
+
+def _outside_reads(ctx, recompute: Fix) -> list:
+    """The bindings, with history, of the names the recomputed statements read but do not make."""
+    read, made = set(), set()
+    for edit in recompute.edits:
+        try:
+            tree = ast.parse(textwrap.dedent(edit.content))
+        except SyntaxError:
+            return []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (made if isinstance(node.ctx, ast.Store) else read).add(node.id)
+    outside = read - made
+    return [b for b in ctx.bindings() if b.base in outside and not b.steps and b.value.grad_fn is not None]
 
 
 def _reads_history(ctx, located: Located) -> bool:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from ...model import Location
 from ...reading import source as src
+from ...reading.dataflow import ancestors
+from ...reading.training import reset_before
 from .. import graph, naming
 from .context import Context
 
@@ -43,6 +45,9 @@ class Candidate:
     relation: str  # "direct" | "stored" | "carried"
     located: Located | None = None
     name: str = ""
+    # Its value is part of the failing backward's graph made since the last backward: cutting
+    # it where it is made would cut this step's gradients too.
+    used_now: bool = False
 
 
 def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
@@ -101,8 +106,8 @@ def _carried(assignment: src.Assignment, expression: str) -> bool:
         return True
     for loop in src.loops_around(assignment.stmt):
         for stmt in loop.body:
-            if stmt.lineno >= assignment.stmt.lineno:
-                break
+            if stmt.lineno >= assignment.stmt.lineno or src.inside(assignment.stmt, stmt):
+                break  # an inner loop holding the assignment reads it after, not before
             if src.reads(stmt, expression):
                 return True
     return False
@@ -120,10 +125,10 @@ def _locate_attribute(owner, attribute: str) -> Located | None:
         return None
 
     def carried(assignment) -> bool:
-        if self_referencing(assignment, src.canonical(assignment.target)):
+        method = src.enclosing_function(assignment.stmt)
+        if from_old_value(assignment, src.canonical(assignment.target), method or class_node):
             return True
         # `self.cache[key] = feat` after `feat = feat + self.cache[key]`: read, then replaced.
-        method = src.enclosing_function(assignment.stmt)
         return isinstance(assignment.target, ast.Subscript) and method is not None and any(
             read.lineno < assignment.stmt.lineno for read in src.reads(method, expression))
 
@@ -162,7 +167,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
                 direct.append(Candidate(binding, "direct"))
         elif key in current.nodes:
             if key in reaching_targets and current.seq[key] >= mark:
-                carried.append(Candidate(binding, "carried"))
+                carried.append(Candidate(binding, "carried", used_now=True))
         elif grad_fn._sequence_nr() >= mark and graph.reaches(grad_fn, targets, mark):
             # e.g. an RNN's final hidden state: made by this step, not used by its loss.
             carried.append(Candidate(binding, "carried"))
@@ -175,17 +180,57 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
         candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
         _follow_container_alias(candidate)
         ranked.append(candidate)
-    carried_located = []
+    carried_located, kept_state = [], []
     for candidate in carried:
         candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
-        if candidate.located is not None and candidate.located.carried:
+        located = candidate.located
+        if located is None or _fresh_each_pass(ctx, located):
+            continue
+        if located.carried:
             carried_located.append(candidate)
+        elif located.class_node is not None and not candidate.used_now:
+            # State a module keeps for the next call, made from values read some other way
+            # (`self.v_mem = state["v_mem"]` after `lif_forward(state=dict(self.named_buffers()))`).
+            kept_state.append(candidate)
     # A carried state re-assigned from itself beats one merely derived from it.
-    carried_located.sort(key=lambda c: not _self_ref(c))
-    ranked.extend(carried_located)
+    carried_located.sort(key=lambda c: not self_referencing_carrier(c))
+    kept_state.sort(key=lambda c: not _read_back(c))
+    ranked.extend(carried_located + kept_state)
     for candidate in ranked:
         candidate.name = name_of(candidate)
     return ranked
+
+
+def _read_back(candidate: Candidate) -> bool:
+    """Whether the module reads the state it keeps: a registered buffer (read through
+    `named_buffers()` as well), or an attribute its class reads somewhere (`self.v_mem`), unlike
+    a statistic kept only for logging (`self.firing_rate`)."""
+    owner, attribute = candidate.binding.owner, _container_attribute(candidate.binding)
+    if owner is None or attribute is None:
+        return False
+    if attribute in getattr(owner, "_buffers", {}):
+        return True
+    class_node = candidate.located.class_node
+    expression = f"self.{attribute}"
+    return any(node is not candidate.located.target for node in src.reads(class_node, expression))
+
+
+def _fresh_each_pass(ctx: Context, located: Located) -> bool:
+    """`loss_val = torch.zeros(1)` at the top of the pass that back-propagates it, then
+    `loss_val += ...` in an inner loop: re-assigned from itself, but made afresh every pass, so it
+    carries nothing from the previous one."""
+    source, _, failing = ctx.failing_statement()
+    if failing is None or source is None or source.filename != located.source.filename \
+            or not isinstance(located.store, ast.stmt):
+        return False
+    expression = src.canonical(located.target_text)
+    freeing = ctx.freeing
+    # The reset has to come after the backward that freed the graph: one at the top of the
+    # pass does not help when both backward calls are in it (SAM's two passes on one `loss`).
+    after = freeing.row if freeing is not None and freeing.filename == source.filename \
+        and freeing.row < located.store.lineno else 0
+    return any(src.inside(failing, loop) and reset_before(loop, located.store, expression, after)
+               for loop in src.loops_around(located.store))
 
 
 def name_of(candidate: Candidate) -> str:
@@ -225,11 +270,22 @@ def _container_attribute(binding: naming.Binding) -> str | None:
     return steps[-1][1] if steps and steps[-1][0] == "attr" else None
 
 
-def _self_ref(candidate: Candidate) -> bool:
+def self_referencing_carrier(candidate: Candidate) -> bool:
+    """Re-assigned from its own old value, directly or through a local it was read into
+    (`mem = self.mem.to(device)`, then `self.mem = beta * mem + x`)."""
     located = candidate.located
     if located is None or not isinstance(located.store, ast.stmt):
         return False
-    return self_referencing(located.assignment, src.canonical(located.target_text))
+    return from_old_value(located.assignment, src.canonical(located.target_text), located.scope)
+
+
+def from_old_value(assignment: src.Assignment, expression: str, scope: ast.AST) -> bool:
+    """`x = f(x)` or `x += y`, or made from a local that read the old value first."""
+    if self_referencing(assignment, expression):
+        return True
+    value = src.value_of(assignment.stmt)
+    return value is not None and any(a.value is not None and src.reads(a.value, expression)
+                                     for a in ancestors(value, scope, assignment.stmt.lineno))
 
 
 def reaching(walk: graph.Walk, targets: set[int]) -> set[int]:

@@ -15,22 +15,26 @@ from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, finding, freed_graph
 from .locate import Candidate, Located
-from .trained import leaves_under, optimizer_parameters
+from .trained import every_optimizer_parameter, leaves_under
 
 
 def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall, failing, source) -> Finding | None:
     """The finding when the candidate was made once, in `__init__` or before the loop or
     closure that repeats the failing backward; else None."""
     located, name = candidate.located, candidate.name
-    if located is not None and located.in_init and located.class_node is not None:
+    if located is not None and located.in_init and located.class_node is not None \
+            and isinstance(candidate.binding.owner, torch.nn.Module):
         fix = move_into_loop.inline_attribute(located.source, located.class_node, located.store, located.target_text)
         return finding("BX004", "run-init", "second-backward", freed_graph(ctx, name, located, previous, "grows"),
                        [culprit(ctx, candidate)], [fix])
     owner = repeating_owner(ctx, located, failing, source)
     if owner is None:
         return None
-    untrained = _untrained_leaves(ctx, candidate)
-    model = None if untrained else _called_again_in(ctx, located, owner)
+    # Only a tensor reached as itself can be detached where it is made: not one found inside a
+    # dict or list that the statement stores.
+    whole = not any(kind == "item" for kind, _ in candidate.binding.steps)
+    untrained = _untrained_leaves(ctx, candidate) if whole else None
+    model = None if untrained or not whole else _called_again_in(ctx, located, owner)
     fixes = []
     if untrained:
         fixes.append(constant_data.detach_data(located.source, located.store, name, untrained))
@@ -112,7 +116,7 @@ def _called_again_in(ctx: Context, located: Located, owner: ast.AST) -> str | No
 def _untrained_leaves(ctx: Context, candidate: Candidate) -> str | None:
     """How to name the leaves `candidate` was made from, when the recorded optimizers train none
     of them (`Y = X @ true_W` with `true_W.requires_grad=True`: a target, not a model output)."""
-    trained = optimizer_parameters(ctx.steps)
+    trained = every_optimizer_parameter(ctx.steps, ctx.frames)
     grad_fn = candidate.binding.value.grad_fn
     if not trained or grad_fn is None:
         return None

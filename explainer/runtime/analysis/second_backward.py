@@ -21,7 +21,7 @@ from .unnamed import unnamed, unrecorded
 
 
 def explain_second_backward(ctx: Context) -> Finding | None:
-    previous = ctx.previous
+    previous = ctx.freeing
     roots = ctx.root_nodes()
     if not roots:
         return None
@@ -40,6 +40,7 @@ def explain_second_backward(ctx: Context) -> Finding | None:
     else:
         current, targets = _shared_with_previous(ctx, roots, previous)
         mark = min(current.seq[id(r)] for r in roots)
+    targets = _freed_only(current, targets)
     if previous.api == "grad" and not previous.retain_graph:
         found = explain_freed_by_grad(ctx, previous)
         if found is not None:
@@ -48,6 +49,14 @@ def explain_second_backward(ctx: Context) -> Finding | None:
     if not candidates:
         return unnamed(ctx, previous)
     return _by_relation(ctx, candidates[0], previous, current, candidates[1:])
+
+
+def _freed_only(current: graph.Walk, targets: set[int]) -> set[int]:
+    """The entry points of old history whose graph a backward really freed: a GAN's `fake` made
+    before the discriminator's backward is old too, but that backward went through
+    `fake.detach()` and freed nothing of it. All of them when none can tell."""
+    freed = {t for t in targets if graph.freed_below([current.node(t)]) is not False}
+    return freed or targets
 
 
 def _shared_with_previous(ctx: Context, roots, previous: BackwardCall) -> tuple[graph.Walk, set[int]]:

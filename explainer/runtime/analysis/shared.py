@@ -2,6 +2,8 @@
 trunk, an actor's advantage; or the same loss back-propagated twice."""
 from __future__ import annotations
 
+import ast
+
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
 from ...fixes.edits import node_start
 from ...model import Finding, Fix
@@ -39,6 +41,12 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
             f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row).code}`"
             f" (line {last_step.row}): the step changed the weights its graph was built with",
             upstream=ctx.made_history))
+    elif located is not None and failing is not None and previous_stmt is not None \
+            and (changed := _optimizer_call_between(ctx, source, previous_stmt, failing)) is not None:
+        fixes.append(recompute_forward.recompute_before_use(
+            located.source, located.scope, located.store, changed.lineno, failing,
+            f"Recompute `{name}` after `{source.segment(changed).strip()}` (line {changed.lineno}): it "
+            f"changed the weights its graph was built with", upstream=ctx.made_history))
     elif located is not None and failing is not None:
         fixes.append(sum_losses.sum_and_backward_once(source, previous_stmt, failing) if previous_stmt is not None
                      else None)
@@ -110,6 +118,25 @@ def _overlaps(edits, more) -> bool:
         if any(start < (r2, c2) and (r1, c1) < end for r1, c1, r2, c2 in spans):
             return True
     return False
+
+
+def _optimizer_call_between(ctx: Context, source, first, failing):
+    """A statement between the two backward calls (same block) that calls an optimizer's own
+    method, other than `zero_grad()`: SAM's `optimizer.first_step()` moves the weights as a step
+    does, though it is not `step()`, so summing the losses or retaining the graph would be wrong."""
+    body = src.enclosing_block(failing)
+    position = {id(s): i for i, s in enumerate(body)}
+    if id(first) not in position or id(failing) not in position:
+        return None
+    between = body[position[id(first)] + 1:position[id(failing)]]
+    for stmt in between:
+        for node in ast.walk(stmt):
+            func = node.func if isinstance(node, ast.Call) else None
+            if not isinstance(func, ast.Attribute) or func.attr in ("zero_grad", "state_dict"):
+                continue
+            if hasattr(ctx.lookup(src.canonical(func.value), source.filename), "param_groups"):
+                return stmt
+    return None
 
 
 def _step_after(ctx: Context, source, failing) -> tuple[str, object] | None:

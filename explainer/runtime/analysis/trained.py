@@ -24,6 +24,40 @@ def optimizer_parameters(steps) -> set[int]:
     return ids
 
 
+def every_optimizer_parameter(steps, frames) -> set[int]:
+    """The parameters of every optimizer the program holds, not only of those that have stepped
+    so far: the generator's optimizer steps after the critic's first steps, and what it trains
+    is trained all the same. Looked for in the user's frames: their variables, and one level
+    into the objects, lists and dicts those hold (`self.optimizer_G`)."""
+    import torch
+
+    ids = optimizer_parameters(steps)
+    seen: set[int] = set()
+
+    def look(value, depth: int) -> None:
+        if id(value) in seen or len(seen) > 20_000:
+            return
+        seen.add(id(value))
+        if isinstance(value, torch.optim.Optimizer):
+            ids.update(trained_by(value))
+        elif depth > 0 and isinstance(value, (list, tuple)):
+            for item in value[:64]:
+                look(item, depth - 1)
+        elif depth > 0 and isinstance(value, dict):
+            for item in list(value.values())[:256]:
+                look(item, depth - 1)
+        elif depth > 0 and not isinstance(value, (type, torch.Tensor, torch.nn.Module)) \
+                and isinstance(getattr(value, "__dict__", None), dict):
+            for item in list(vars(value).values())[:256]:
+                look(item, depth - 1)
+
+    for frame in frames:
+        for scope in (frame.f_locals, frame.f_globals):
+            for value in list(scope.values()):
+                look(value, 2)
+    return ids
+
+
 def trained_by(optimizer) -> set[int]:
     if optimizer is None:
         return set()

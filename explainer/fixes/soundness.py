@@ -1,0 +1,149 @@
+"""Whether a fix can run at all: the edited file still parses, and every name the edit reads is
+bound where it is read. A fix that fails either is never offered: applied, it would crash
+before it trained anything (`x = x.detach()` before `x` exists, an expression moved to where
+its names are not defined, a method left without a body)."""
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Iterator
+
+from ..model import Fix
+from ..reading import source as src
+from .edits import apply_edits
+
+_BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__builtins__", "__spec__",
+                                        "__loader__", "__package__", "__annotations__", "__path__"}
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def runs(fix: Fix) -> bool:
+    """True when every file the fix edits still parses after it, and the fix leaves no name
+    read before it is bound that the file did not already read so."""
+    by_file: dict[str, list] = {}
+    for edit in fix.edits:
+        by_file.setdefault(edit.filename, []).append(edit)
+    for filename, edits in by_file.items():
+        source = src.load(filename)
+        if source is None:
+            return False
+        try:
+            after = src.parse(filename, apply_edits(source.text, edits))
+        except (SyntaxError, ValueError):
+            return False
+        try:
+            if unbound_reads(after.tree) - src.cached(source.tree, "unbound_reads", lambda: unbound_reads(source.tree)):
+                return False
+        finally:
+            src.dispose(after.tree)
+    return True
+
+
+def unbound_reads(tree: ast.Module) -> set[tuple[str, str]]:
+    """(scope, name) for each name read where no binding can reach it: not bound earlier in its
+    own function (or module body), not a parameter, not bound in an enclosing function or at
+    module level, not a builtin. Loose where Python is dynamic (`global`, star imports, `del`):
+    it only has to tell a fix's new reads from the file's own."""
+    known: dict[int, dict[str, list[int]]] = {}
+
+    def bindings(scope: ast.AST) -> dict[str, list[int]]:
+        if id(scope) not in known:
+            known[id(scope)] = _bindings(scope)
+        return known[id(scope)]
+
+    module = bindings(tree)
+    if "*" in module:
+        return set()
+    found: set[tuple[str, str]] = set()
+    for scope, enclosing, path in _scopes(tree):
+        own = bindings(scope)
+        visible = set(module).union(*(bindings(outer) for outer in enclosing))
+        for node in _own_walk(scope):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in _BUILTINS:
+                rows = own.get(node.id)
+                if rows is not None and min(rows) < node.lineno:
+                    continue
+                if scope is not tree and node.id in visible:
+                    continue
+                found.add((path, node.id))
+    return found
+
+
+def _scopes(tree: ast.Module) -> Iterator[tuple[ast.AST, list[ast.AST], str]]:
+    """The module and every function in it, with the functions around each and a path naming it."""
+    stack = [(tree, [], "")]
+    while stack:
+        scope, enclosing, path = stack.pop()
+        yield scope, enclosing, path
+        for node in _own_walk(scope, into_classes=True):
+            if isinstance(node, _FUNCTIONS) and node is not scope:
+                name = getattr(node, "name", "<lambda>")
+                outer = enclosing + ([scope] if scope is not tree else [])
+                stack.append((node, outer, f"{path}.{name}@{node.lineno}"))
+
+
+def _own_walk(scope: ast.AST, into_classes: bool = True) -> Iterator[ast.AST]:
+    """The nodes of `scope`, not descending into the functions it defines (their defaults and
+    decorators are the scope's own). Class bodies count as the scope's."""
+    pending = list(ast.iter_child_nodes(scope)) if not isinstance(scope, ast.Lambda) else [scope.body]
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        pending = list(scope.body)
+    while pending:
+        node = pending.pop()
+        yield node
+        if isinstance(node, _FUNCTIONS):
+            pending.extend(node.args.defaults + [d for d in node.args.kw_defaults if d is not None])
+            pending.extend(getattr(node, "decorator_list", []))
+            continue
+        if isinstance(node, ast.ClassDef) and not into_classes:
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def _bindings(scope: ast.AST) -> dict[str, list[int]]:
+    """Each name bound in `scope` (its own body, comprehensions included), with the rows."""
+    bound: dict[str, list[int]] = {}
+
+    def add(name: str, row: int) -> None:
+        bound.setdefault(name, []).append(row)
+
+    if isinstance(scope, _FUNCTIONS):
+        arguments = scope.args
+        for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                    *filter(None, [arguments.vararg, arguments.kwarg])]:
+            add(arg.arg, 0)
+    for node in _own_walk(scope):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            add(node.id, _row_of_binding(node))
+        elif isinstance(node, (*_FUNCTIONS[:2], ast.ClassDef)) and node is not scope:
+            add(node.name, node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                add("*" if alias.name == "*" else (alias.asname or alias.name.split(".")[0]), node.lineno)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                add(name, 0)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            add(node.name, node.lineno)
+        elif isinstance(node, ast.arg) and not isinstance(scope, _FUNCTIONS):
+            add(node.arg, node.lineno)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            add(node.name, node.lineno)
+    return bound
+
+
+def _row_of_binding(name: ast.Name) -> int:
+    """The row from which a stored name can be read: a comprehension's target from the
+    comprehension's own first row (its element comes first in the text); a loop's target from
+    the loop's row; an assignment's from the row after its value (`x = x.detach()` reads the old
+    `x`)."""
+    for ancestor in src.ancestors(name):
+        if isinstance(ancestor, ast.comprehension):
+            return src.parent(ancestor).lineno - 1
+        if isinstance(ancestor, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            return ancestor.lineno
+        if isinstance(ancestor, ast.NamedExpr):
+            return ancestor.lineno
+        if isinstance(ancestor, ast.stmt):
+            return ancestor.end_lineno
+    return name.lineno
