@@ -416,7 +416,7 @@ def buggy_samples():
         sys.path.insert(0, str(SAMPLES))
     import manifest
 
-    return [s for s in manifest.samples() if s.kind != "none"]
+    return [s for s in manifest.samples() + manifest.real_cases() if s.kind != "none"]
 
 
 def run_sample(path: Path, hooked: bool) -> dict:

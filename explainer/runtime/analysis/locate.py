@@ -122,7 +122,7 @@ def _locate_attribute(owner, attribute: str) -> Located | None:
     expression = f"self.{attribute}"
     found = src.assignments(class_node, expression, deep=True) + src.item_assignments(class_node, expression, deep=True)
     if not found:
-        return None
+        return _stored_by_name(source, class_node, attribute)
 
     def carried(assignment) -> bool:
         method = src.enclosing_function(assignment.stmt)
@@ -140,6 +140,21 @@ def _locate_attribute(owner, attribute: str) -> Located | None:
     method = src.enclosing_function(best.stmt)
     return Located(source, method or class_node, best.stmt, best.target, source.segment(best.target),
                    carried(best), in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
+
+
+def _stored_by_name(source, class_node: ast.ClassDef, attribute: str) -> Located | None:
+    """`self.register_buffer("cached", freqs)`, `setattr(self, "cached", freqs)` or a helper of
+    the same shape (`self.tmp_store("cached_freqs", freqs)`): the attribute is named by a string
+    and its value is the call's last argument, which is what the culprit points at."""
+    for node in ast.walk(class_node):
+        if isinstance(node, ast.Call) and len(node.args) >= 2 \
+                and any(isinstance(a, ast.Constant) and a.value == attribute for a in node.args[:-1]) \
+                and not (isinstance(node.args[-1], ast.Constant) and node.args[-1].value is None):
+            value = node.args[-1]
+            method = src.enclosing_function(node)
+            return Located(source, method or class_node, node, value, source.segment(value), True,
+                           class_node=class_node)
+    return None
 
 
 def _locate_stored(binding, source, scope) -> Located | None:
@@ -179,6 +194,8 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
     for candidate in direct + stored:
         candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
         _follow_container_alias(candidate)
+        if candidate.located is not None and isinstance(candidate.located.store, ast.Call):
+            candidate.relation = "stored"  # kept by a call (`append`, `register_buffer`)
         ranked.append(candidate)
     carried_located, kept_state = [], []
     for candidate in carried:

@@ -54,8 +54,8 @@ def loop_past_the_fill(located: Located | None, failing, source) -> ast.stmt | N
     same file) outside it."""
     loops = src.loops_around(failing) if failing is not None else []
     if located is None or not loops or located.source.filename != source.filename \
-            or src.inside(located.store, loops[0]):
-        return None
+            or src.inside(located.store, loops[0]) or located.class_node is not None:
+        return None  # (a module's method stores on every call, wherever it is written)
     return loops[0]
 
 

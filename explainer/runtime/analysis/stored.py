@@ -21,7 +21,11 @@ def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, c
         if src.reads(scope, name):
             fixes.append(empty_container.empty_after_backward(source, failing, name))
     elif located is not None:
-        fixes.append(detach_carried.detach_stored_value(located.source, located.store, name))
+        steps = candidate.binding.steps
+        # Kept by a call that names the attribute (`self.register_buffer("cached", freqs)`).
+        holder = f"self.{steps[-1][1]}" if located.target is not located.store and steps and steps[-1][0] == "attr" \
+            else name
+        fixes.append(detach_carried.detach_stored_value(located.source, located.store, holder))
     return finding("BX005", "run-stored", "second-backward", freed_graph(ctx, name, located, previous, "grows"),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
 
