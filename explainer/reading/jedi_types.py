@@ -122,7 +122,7 @@ def _is_module_class(path, line: int, depth: int = 0) -> bool:
     if path is None or depth > 4:
         return False
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+        tree = src.parse_tree(Path(path).read_text(encoding="utf-8"), str(path))
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
         return False
     classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}

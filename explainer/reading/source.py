@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import linecache
 import re
+import threading
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -63,13 +64,20 @@ def load(filename: str) -> Source | None:
 MAX_DEPTH = 1000
 
 
+# CPython 3.11's parser keeps its AST recursion depth in state that threads share: two threads
+# parsing at once can fail with "SystemError: AST constructor recursion depth mismatch" (seen with
+# four training threads explaining at once). Parsing holds the GIL anyway; one at a time costs
+# nothing. (warnings.catch_warnings is not thread-safe either.)
+_PARSING = threading.Lock()
+
+
 def parse_tree(text: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
     """ast.parse, with the parser's own "too deep" failures (RecursionError during AST
     construction, MemoryError from its stack, e.g. 3,000 unary minuses) raised as SyntaxError,
     like every other source it refuses. The parser's warnings about the code it reads
     (`SyntaxWarning: invalid escape sequence`) are the user's compiler's business, not ours."""
     try:
-        with warnings.catch_warnings():
+        with _PARSING, warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             return ast.parse(text, filename, mode)

@@ -6,10 +6,10 @@ below the mark recorded at an earlier backward call: it was created before that 
 """
 from __future__ import annotations
 
-import torch
-
 from collections import deque
 from dataclasses import dataclass, field
+
+import torch
 
 LEAF_SEQ = 2**64 - 1  # AccumulateGrad reports this
 

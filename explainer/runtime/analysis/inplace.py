@@ -111,7 +111,7 @@ def _outside_reads(ctx, recompute: Fix) -> list:
     read, made = set(), set()
     for edit in recompute.edits:
         try:
-            tree = ast.parse(textwrap.dedent(edit.content))
+            tree = src.parse_tree(textwrap.dedent(edit.content))
         except SyntaxError:
             return []
         for node in ast.walk(tree):
