@@ -116,6 +116,14 @@ def detach_elements_at_loop_entry(source: Source, container: str, loop: ast.stmt
     return None
 
 
+def starts_as_number(scope: ast.AST, carrier: str, loop: ast.stmt) -> bool:
+    """Whether `carrier` is set to a plain number before the loop (`total = 0`): `.detach()` at
+    the loop's entry would fail on the first pass."""
+    before = last_assignment(scope, carrier, loop.lineno)
+    value = getattr(before.stmt, "value", None) if before is not None else None
+    return isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) and not isinstance(value.value, bool)
+
+
 def starts_as_none(scope: ast.AST, carrier: str, loop: ast.stmt) -> bool:
     """Whether `carrier` is set to None before the loop (the first pass has no state yet)."""
     for assignment in assignments(scope, carrier):

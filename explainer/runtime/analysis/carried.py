@@ -75,7 +75,8 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
             fixes.append(detach_carried.keep_detached(source, name, stmt, is_tuple))
         if any(s is stmt for s in loop.body) and not may_be_none:
             fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
-        fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
+        if not detach_carried.starts_as_number(located.scope, name, loop):
+            fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
     return fixes
 
 

@@ -182,7 +182,8 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
                 direct.append(Candidate(binding, "direct"))
         elif key in current.nodes:
             if key in reaching_targets and current.seq[key] >= mark:
-                carried.append(Candidate(binding, "carried", used_now=True))
+                carried.append(Candidate(binding, "carried",
+                                         used_now=_updated_again_this_pass(current, key, reaching_targets, mark)))
         elif grad_fn._sequence_nr() >= mark and graph.reaches(grad_fn, targets, mark):
             # e.g. an RNN's final hidden state: made by this step, not used by its loss.
             carried.append(Candidate(binding, "carried"))
@@ -216,6 +217,27 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
     for candidate in ranked:
         candidate.name = name_of(candidate)
     return ranked
+
+
+def _updated_again_this_pass(current: graph.Walk, key: int, reaching_targets: set[int], mark: int) -> bool:
+    """Whether the state made by node `key` was updated more than once since the last backward:
+    more nodes of its own kind lie on its way down to the old history (a spiking neuron's
+    membrane, updated at every time step of one pass). Cutting such a state where it is stored
+    would cut this pass's own history; a state updated once per pass (a running mean) is cut
+    only from the next pass."""
+    kind = type(current.node(key)).__name__
+    seen, pending, same = {key}, [key], 0
+    while pending:
+        node = current.node(pending.pop())
+        for child, _ in node.next_functions:
+            child_key = id(child) if child is not None else None
+            if child_key is None or child_key in seen or child_key not in reaching_targets \
+                    or current.seq.get(child_key, -1) < mark:
+                continue
+            seen.add(child_key)
+            pending.append(child_key)
+            same += type(child).__name__ == kind
+    return same > 0
 
 
 def _read_back(candidate: Candidate) -> bool:

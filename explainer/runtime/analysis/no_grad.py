@@ -62,10 +62,16 @@ def _cut(ctx: Context, source, scope, assignment, cut) -> Finding:
         fixes.append(undo_cut.leave_no_grad(source, cut) if isinstance(cut, ast.With) else None)
     else:
         how = f"`.{cut.func.attr}()`" if isinstance(cut.func, ast.Attribute) else f"`{src.canonical(cut.func)}()`"
+        recompute = None
         if isinstance(cut.func, ast.Attribute) and cut.func.attr == "detach":
             if src.canonical(cut.func.value) == src.canonical(assignment.target):
-                fixes.append(undo_cut.recompute_instead_of_detach(source, scope, stmt, name))
-        fixes.append(undo_cut.remove_detach(source, cut))
+                recompute = undo_cut.recompute_instead_of_detach(source, scope, stmt, name)
+        fixes.append(recompute)
+        remove = undo_cut.remove_detach(source, cut)
+        # `output = output.detach()` after a backward: the value it detached may hang on the graph
+        # that backward freed, so keeping it is not proven to run.
+        fixes.append(Fix(remove.message, remove.edits, "unsafe") if remove is not None and recompute is not None
+                     else remove)
     evidence = Evidence(name, _site(source, stmt), ctx.backward_site(), advice="no-graph", facts=(("cut", how),))
     return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, assignment)], fixes)
 

@@ -3,7 +3,7 @@ backward reaches the graphs an earlier one freed through the container."""
 from __future__ import annotations
 
 from ...fixes import detach_carried, empty_container
-from ...model import Finding
+from ...model import Finding, Fix
 from ...reading import source as src
 from .. import graph
 from ..records import BackwardCall
@@ -23,9 +23,11 @@ def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, c
     elif located is not None:
         steps = candidate.binding.steps
         # Kept by a call that names the attribute (`self.register_buffer("cached", freqs)`).
-        holder = f"self.{steps[-1][1]}" if located.target is not located.store and steps and steps[-1][0] == "attr" \
-            else name
-        fixes.append(detach_carried.detach_stored_value(located.source, located.store, holder))
+        cache = located.target is not located.store and steps and steps[-1][0] == "attr"
+        fix = detach_carried.detach_stored_value(located.source, located.store, f"self.{steps[-1][1]}" if cache else name)
+        # A module's cache is read again within the step that fills it (every layer asks it for
+        # the same frequencies): detaching it changes that step's gradients too.
+        fixes.append(Fix(fix.message, fix.edits, "unsafe") if fix is not None and cache else fix)
     return finding("BX005", "run-stored", "second-backward", freed_graph(ctx, name, located, previous, "grows"),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
 
