@@ -3,8 +3,8 @@
     python samples/validate.py --device cpu|cuda [--write-readme] [--jobs N]
 
 For each buggy sample (the scenarios beside this file and the real-world cases in real/): the
-explained kind, culprit and line against the sample's header; whether applying `fixes[0]` makes
-the script run clean, and whether the fixed script then trains what its twin trains (every
+explained kind, culprit and line against the sample's header; whether `fixes[0]` is offered as
+safe, whether applying it makes the script run clean, and whether the fixed script then trains what its twin trains (every
 parameter of every module and optimizer, same seed, within float tolerance; see trained.py); for
 each fixed twin and clean scenario: that it runs clean. --write-readme puts the table into
 samples/README.md with device and date.
@@ -63,6 +63,7 @@ def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
     row.update(kind=finding.get("kind", "-"), culprit=culprit.get("name", "-"),
                line=culprit.get("location", {}).get("row", "-"))
     fixed_ok = trains_same = False
+    row["fix0_safe"] = bool(finding.get("fixes")) and finding["fixes"][0]["applicability"] == "safe"
     if finding.get("fixes"):
         patched = patched_copy(sample, finding["fixes"][0], workdir)
         fix_code, fix_findings, _ = explain(patched, device, workdir)
@@ -76,19 +77,19 @@ def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
     row.update(fix0_runs_clean=fixed_ok, fix0_trains_same=trains_same, twin_runs_clean=twin_ok)
     expected = (sample.kind, sample.culprit_on(device), sample.culprit_row)
     row["ok"] = (row["kind"], row["culprit"], row["line"]) == expected \
-        and trains_same and twin_ok is not False
+        and row["fix0_safe"] and trains_same and twin_ok is not False
     return row
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| sample | expected | explained | culprit (line) | fixes[0] runs clean "
+    lines = ["| sample | expected | explained | culprit (line) | fixes[0] is safe | fixes[0] runs clean "
              "| fixes[0] trains what the twin trains | twin runs clean | ok |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     mark = {True: "yes", False: "**no**", None: "—"}
     for r in rows:
         culprit = f"`{r['culprit']}` ({r['line']})" if "culprit" in r else "—"
         lines.append(f"| `{r['sample']}` | {r['expected']} | {r['kind']} | {culprit} | "
-                     f"{mark[r.get('fix0_runs_clean')]} | {mark[r.get('fix0_trains_same')]} | "
+                     f"{mark[r.get('fix0_safe')]} | {mark[r.get('fix0_runs_clean')]} | {mark[r.get('fix0_trains_same')]} | "
                      f"{mark[r.get('twin_runs_clean')]} | {mark[r['ok']]} |")
     return "\n".join(lines)
 

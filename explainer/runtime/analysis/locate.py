@@ -45,8 +45,8 @@ class Candidate:
     relation: str  # "direct" | "stored" | "carried"
     located: Located | None = None
     name: str = ""
-    # Its value is part of the failing backward's graph made since the last backward: cutting
-    # it where it is made would cut this step's gradients too.
+    # Its value is part of the failing backward's graph, updated more than once since the last
+    # backward: cutting it where it is made would cut this pass's gradients too.
     used_now: bool = False
 
 
