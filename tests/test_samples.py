@@ -134,8 +134,12 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
     fixed = trained.trained_by(patched, tmp_path / "fixed.pt")
     assert trained.like_a_twin(fixed, sample.twins, tmp_path) == []
     if finding["code"] in HISTORY_OF_EARLIER_STEPS:
-        # The bug only bites from the second step on: a right fix leaves the first one alone.
-        assert trained.same_first_step(trained.trained_by(sample.path, tmp_path / "buggy.pt"), fixed) == []
+        # The bug only bites from the second step on: a right fix leaves the first one alone,
+        # unless the expert's own fix changes it too (a moving average updated from detached
+        # features no longer passes gradient within the step: a choice, not a side effect).
+        buggy = trained.trained_by(sample.path, tmp_path / "buggy.pt")
+        if not trained.same_first_step(buggy, trained.trained_by(sample.fixed, tmp_path / "twin.pt")):
+            assert trained.same_first_step(buggy, fixed) == []
 
 
 @pytest.mark.parametrize("sample", BUGGY, ids=lambda s: s.name)
