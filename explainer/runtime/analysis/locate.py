@@ -219,6 +219,11 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
     return ranked
 
 
+# Nodes looked at for an earlier update of a state in this pass: one update is a handful of
+# nodes, and a 10^6-node pass must not be walked once per candidate.
+_UPDATE_SEARCH = 2_000
+
+
 def _updated_again_this_pass(current: graph.Walk, key: int, reaching_targets: set[int], mark: int) -> bool:
     """Whether the state made by node `key` was updated more than once since the last backward:
     more nodes of its own kind lie on its way down to the old history (a spiking neuron's
@@ -226,18 +231,19 @@ def _updated_again_this_pass(current: graph.Walk, key: int, reaching_targets: se
     would cut this pass's own history; a state updated once per pass (a running mean) is cut
     only from the next pass."""
     kind = type(current.node(key)).__name__
-    seen, pending, same = {key}, [key], 0
-    while pending:
+    seen, pending = {key}, [key]
+    while pending and len(seen) < _UPDATE_SEARCH:
         node = current.node(pending.pop())
         for child, _ in node.next_functions:
             child_key = id(child) if child is not None else None
             if child_key is None or child_key in seen or child_key not in reaching_targets \
                     or current.seq.get(child_key, -1) < mark:
                 continue
+            if type(child).__name__ == kind:
+                return True
             seen.add(child_key)
             pending.append(child_key)
-            same += type(child).__name__ == kind
-    return same > 0
+    return False
 
 
 def _read_back(candidate: Candidate) -> bool:
