@@ -35,6 +35,13 @@ def insert_lines_after(source: Source, stmt: ast.stmt, lines: list[str], indent:
     return Edit(source.filename, text, at, at)
 
 
+def overlapping(edits, more) -> bool:
+    """Whether an edit of `more` overlaps one of `edits` (they could not be applied together)."""
+    return any((e.location.row, e.location.column) < (m.end_location.row, m.end_location.column)
+               and (m.location.row, m.location.column) < (e.end_location.row, e.end_location.column)
+               for e in edits for m in more)
+
+
 def delete_lines(source: Source, stmt: ast.stmt) -> Edit:
     return Edit(source.filename, "", Location(stmt.lineno, 1), Location(stmt.end_lineno + 1, 1))
 

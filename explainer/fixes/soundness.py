@@ -75,14 +75,14 @@ def _scopes(tree: ast.Module) -> Iterator[tuple[ast.AST, list[ast.AST], str]]:
     while stack:
         scope, enclosing, path = stack.pop()
         yield scope, enclosing, path
-        for node in _own_walk(scope, into_classes=True):
+        for node in _own_walk(scope):
             if isinstance(node, _FUNCTIONS) and node is not scope:
                 name = getattr(node, "name", "<lambda>")
                 outer = enclosing + ([scope] if scope is not tree else [])
                 stack.append((node, outer, f"{path}.{name}@{node.lineno}"))
 
 
-def _own_walk(scope: ast.AST, into_classes: bool = True) -> Iterator[ast.AST]:
+def _own_walk(scope: ast.AST) -> Iterator[ast.AST]:
     """The nodes of `scope`, not descending into the functions it defines (their defaults and
     decorators are the scope's own). Class bodies count as the scope's."""
     pending = list(ast.iter_child_nodes(scope)) if not isinstance(scope, ast.Lambda) else [scope.body]
@@ -94,8 +94,6 @@ def _own_walk(scope: ast.AST, into_classes: bool = True) -> Iterator[ast.AST]:
         if isinstance(node, _FUNCTIONS):
             pending.extend(node.args.defaults + [d for d in node.args.kw_defaults if d is not None])
             pending.extend(getattr(node, "decorator_list", []))
-            continue
-        if isinstance(node, ast.ClassDef) and not into_classes:
             continue
         pending.extend(ast.iter_child_nodes(node))
 

@@ -3,6 +3,7 @@ earlier iterations, so every backward goes through all of them."""
 from __future__ import annotations
 
 from ...fixes import detach_carried, graph_options
+from ...fixes.edits import overlapping
 from ...model import Evidence, Finding, Fix
 from ...reading import source as src
 from .. import graph
@@ -20,7 +21,7 @@ def _with_every_carrier(ctx: Context, first: Fix, candidate, others, failing) ->
         if other.relation != "carried" or other.name in names or not self_referencing_carrier(other):
             continue
         same = [f for f in carried_fixes(ctx, other, failing) if f is not None]
-        if not same or _overlap(edits, same[0].edits):
+        if not same or overlapping(edits, same[0].edits):
             return Fix(first.message, first.edits, "unsafe")
         edits.extend(same[0].edits)
         names.append(other.name)
@@ -30,12 +31,6 @@ def _with_every_carrier(ctx: Context, first: Fix, candidate, others, failing) ->
     listed = ", ".join(f"`{n}`" for n in more[:-1]) + (" and " if len(more) > 1 else "") + f"`{more[-1]}`"
     return Fix(f"{first.message} (and the same for {listed}, which carr{'y' if len(more) > 1 else 'ies'} "
                f"history too)", tuple(edits), first.applicability)
-
-
-def _overlap(edits, more) -> bool:
-    return any((e.location.row, e.location.column) < (m.end_location.row, m.end_location.column)
-               and (m.location.row, m.location.column) < (e.end_location.row, e.end_location.column)
-               for e in edits for m in more)
 
 
 def explain_graph_growth(ctx: Context) -> Finding | None:

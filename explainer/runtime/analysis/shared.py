@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
-from ...fixes.edits import node_start
+from ...fixes.edits import node_start, overlapping
 from ...model import Finding, Fix
 from ...reading import source as src
 from ..records import BackwardCall
@@ -99,7 +99,7 @@ def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, bet
             part = f"`{name}` for the `{follower[0]}.step()` update"
         else:
             continue
-        if fix is not None and not _overlaps(edits, fix.edits):
+        if fix is not None and not overlapping(edits, fix.edits):
             edits.extend(fix.edits)
             parts.append((part, fix))
     if not parts:
@@ -109,15 +109,6 @@ def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, bet
     listed = " and ".join(part for part, _ in parts)
     return Fix(f"Detach {listed}: neither optimizer trains the model that produced the tensor "
                f"it is given, so each loss needs it only as a value", tuple(edits)), first_update
-
-
-def _overlaps(edits, more) -> bool:
-    spans = [(e.location.row, e.location.column, e.end_location.row, e.end_location.column) for e in edits]
-    for e in more:
-        start, end = (e.location.row, e.location.column), (e.end_location.row, e.end_location.column)
-        if any(start < (r2, c2) and (r1, c1) < end for r1, c1, r2, c2 in spans):
-            return True
-    return False
 
 
 def _optimizer_call_between(ctx: Context, source, first, failing):
