@@ -40,6 +40,11 @@ y.backward()""",
             "backward (line {backward.row}). {versions}",
             "`{carrier}` was changed in place after the graph saved it.",
             ("changed in place after the graph saved it",)),
+        "run-user-read": Message(
+            "The graph read `{carrier}` at line {read} and saved it for this backward (line {backward.row}); "
+            "then `{change}` (line {made_at.row}) changed it in place. {versions}",
+            "`{carrier}` was changed in place after the graph saved it.",
+            ("saved by the graph here", "changed in place after the graph saved it")),
         "run-in-forward-flag": Message(
             "`{change}` ({where}) makes an operation that overwrites its input, but {saved} saved that tensor for "
             "the backward (line {backward.row}). {versions}",

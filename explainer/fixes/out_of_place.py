@@ -41,6 +41,18 @@ def out_of_place(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
                (insert_lines_before(source, stmt, [f"{name} = {name}.clone()"]),))
 
 
+def copy_where_read(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
+    """`torch.einsum(..., [q, self.queue])` -> `[q, self.queue.clone()]`: the graph saves a copy,
+    and the state may then be written into in place as before (MoCo's queue)."""
+    reads = [node for node in ast.walk(stmt) if isinstance(node, (ast.Name, ast.Attribute))
+             and isinstance(node.ctx, ast.Load) and source.segment(node) == name]
+    if not reads:
+        return None
+    return Fix(f"Give the graph a copy of `{name}` where it reads it (`{name}.clone()`): the state "
+               f"is then written into in place as before, and the graph keeps the value it saved",
+               tuple(replace(source, node, f"{name}.clone()") for node in reads))
+
+
 def replace_state(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
     """State kept across steps (`self.bank[idx] = feats` in forward) and written into in place
     after the graph saved it: give it a new tensor, without history, under no_grad."""

@@ -182,23 +182,34 @@ def _modified_parameter(walk: graph.Walk, failing_key: int | None, detail: Inpla
         return variable._version == detail.version and variable.numel() == numel
 
     if failing_key is not None:
+        # A saved parameter is an input of the failing node, maybe through views (`weight.t()`
+        # for a linear layer): deeper leaves went through computations whose results were saved
+        # instead (a buffer saved beside an activation is no parameter at all).
         frontier, seen = [walk.nodes[failing_key]], set()
-        for _ in range(4):
-            next_frontier = []
-            for node in frontier:
-                for child, _ in node.next_functions:
-                    if child is None or id(child) in seen:
-                        continue
-                    seen.add(id(child))
-                    if graph.is_leaf(child) and matches(graph.leaf_variable(child)):
+        while frontier:
+            node = frontier.pop()
+            for child, _ in node.next_functions:
+                if child is None or id(child) in seen:
+                    continue
+                seen.add(id(child))
+                if graph.is_leaf(child):
+                    if matches(graph.leaf_variable(child)):
                         return graph.leaf_variable(child)
-                    next_frontier.append(child)
-            frontier = next_frontier
+                elif type(child).__name__ in _VIEWS:
+                    frontier.append(child)
+        return None
     for node in walk.nodes.values():
         if graph.is_leaf(node) and matches(graph.leaf_variable(node)):
             return graph.leaf_variable(node)
     return None
 
+
+# Backward nodes of views: what the node saved may be their input itself.
+_VIEWS = frozenset(f"{name}Backward0" for name in (
+    "T", "Transpose", "Permute", "View", "Reshape", "ReshapeAlias", "Unsqueeze", "Squeeze", "Expand",
+    "Slice", "Select", "AsStrided", "Unbind", "Split", "SplitWithSizes", "Alias", "Unfold", "Diagonal",
+    "Narrow")) | {"SqueezeBackward1", "SqueezeBackward2",
+                                                              "TransposeBackward1", "SelectBackward1"}
 
 
 def _step_for(steps, parameter) -> StepCall | None:
@@ -248,36 +259,56 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
         name, where = binding.expression, source
         change = _last_inplace_change(scope, name, failing.lineno)
         fix = out_of_place.out_of_place(source, change, name) if change is not None else None
+        read = None
+        fixes = [fix]
         if change is None:
             # Module state written into in a method (`self.bank[idx] = feats` in forward).
-            where, change, name = _change_in_class(binding)
+            where, change, name, read = _change_in_class(binding)
             if change is None:
                 continue
-            fix = out_of_place.replace_state(where, change, name)
+            fixes = [out_of_place.replace_state(where, change, name)]
+            if read is not None and not binding.value.requires_grad:
+                # MoCo's queue: the graph gets a copy where it reads the state, as upstream does.
+                fixes.insert(0, out_of_place.copy_where_read(where, read, name))
         code = where.segment(change)
         anchor = change.target if isinstance(change, ast.AugAssign) else change
+        culprits = [culprit_at(name, where, node_start(where, anchor))]
+        facts = (("change", code), *version_facts(detail))
+        variant = "run-user"
+        if read is not None:
+            culprits.insert(0, culprit_at(name, where, node_start(where, read)))
+            facts += (("read", read.lineno),)
+            variant = "run-user-read"
         evidence = Evidence(name, CallSite(where.filename, change.lineno, code), ctx.backward_site(),
-                            advice="not-the-cause", facts=(("change", code), *version_facts(detail)))
-        return finding("BX011", "run-user", "inplace-modified", evidence,
-                       [culprit_at(name, where, node_start(where, anchor))], [fix],
+                            advice="not-the-cause", facts=facts)
+        return finding("BX011", variant, "inplace-modified", evidence, culprits, fixes,
                        "certain" if detail is not None else "likely")
     return None
 
 
 def _change_in_class(binding) -> tuple:
-    """(source, statement, `self.<attribute>`) where the class of the object holding `binding`
-    writes into that attribute in place, or (None, None, None)."""
+    """(source, statement, `self.<attribute>`, the statement whose graph read it) where the
+    class of the object holding `binding` writes into that attribute in place, or four Nones.
+    The read is the one statement of another method (not `__init__`) that reads the attribute,
+    when there is exactly one: the graph saved what it read there."""
     if binding.owner is None or not binding.steps or binding.steps[-1][0] != "attr":
-        return None, None, None
+        return None, None, None, None
     source, class_node = class_source(binding.owner)
     if class_node is None:
-        return None, None, None
+        return None, None, None, None
     name = f"self.{binding.steps[-1][1]}"
-    writes = [node for method in class_node.body if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for node in src.own_nodes(method) if isinstance(node, ast.stmt) and _writes_into(node, name)]
+    methods = [m for m in class_node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    writes = [(method, node) for method in methods for node in src.own_nodes(method)
+              if isinstance(node, ast.stmt) and _writes_into(node, name)]
     if not writes:
-        return None, None, None
-    return source, writes[-1], name
+        return None, None, None, None
+    writer, change = writes[-1]
+    reads = {id(stmt): stmt for method in methods if method is not writer and method.name != "__init__"
+             for read in src.reads(method, name)
+             for stmt in [src.innermost_statement(method, read.lineno)]
+             if stmt is not None and not _writes_into(stmt, name)}
+    read = next(iter(reads.values())) if len(reads) == 1 else None
+    return source, change, name, read
 
 
 def _modified_bindings(ctx, failing_key, detail: InplaceDetail | None) -> list:
