@@ -38,6 +38,12 @@ loss.backward()""",
             "there is nothing to back-propagate (line {backward.row}).",
             "`{carrier}` was detached from the graph before the loss was built.",
             ("cut from the graph by {cut}",)),
+        "run-grad-off": Message(
+            "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: "
+            "`{caller}` (line {caller_row}) runs under {grad_off}, so nothing the training step computes "
+            "is recorded for the backward (line {backward.row}).",
+            "`{carrier}` was computed with autograd off, under {grad_off}.",
+            ("computed with autograd off",)),
         "run-decorated": Message(
             "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
             "{decorator_row}), so it has no grad_fn and there is nothing to back-propagate (line {backward.row}).",

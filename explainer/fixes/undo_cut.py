@@ -5,7 +5,7 @@ import ast
 
 from ..model import Fix
 from ..reading.source import Source, assignments, canonical
-from .edits import delete_lines, replace, statement_text
+from .edits import delete_lines, insert_lines_before, replace, statement_text
 from .recompute_forward import last_step_before, zero_grad_again
 
 
@@ -30,6 +30,35 @@ def remove_detach(source: Source, call: ast.Call) -> Fix | None:
     inner = source.segment(call.func.value)
     return Fix(f"Remove `.{call.func.attr}()`: it cuts the graph the backward needs",
                (replace(source, call, inner),))
+
+
+def remove_data(source: Source, attribute: ast.Attribute) -> Fix:
+    """`torch.stack(logits, 1).data` -> `torch.stack(logits, 1)`."""
+    return Fix("Remove `.data`: it returns the tensor without its graph, which the backward needs",
+               (replace(source, attribute, source.segment(attribute.value)),))
+
+
+def run_before_block(source: Source, with_stmt: ast.With, statements: list[ast.stmt]) -> Fix | None:
+    """Move the statements of a `with torch.no_grad():` block that the loss comes from before the
+    block, in their order; the rest (metrics) stays without a graph."""
+    moved = sorted(statements, key=lambda s: s.lineno)
+    if not all(any(s is b for b in with_stmt.body) for s in moved):
+        return None
+    lines = [line for stmt in moved for line in statement_text(source, stmt)]
+    names = ", ".join(f"`{source.segment(s.targets[0] if isinstance(s, ast.Assign) else s.target)}`"
+                      for s in moved if isinstance(s, (ast.Assign, ast.AugAssign)))
+    return Fix(f"Compute {names} before `with torch.no_grad():`, with autograd on: the loss needs "
+               f"their graph, and the block's other statements still record none",
+               (insert_lines_before(source, with_stmt, lines), *(delete_lines(source, s) for s in moved)))
+
+
+def enable_grad_around(source: Source, stmt: ast.stmt) -> Fix:
+    """`loss = closure()` in an optimizer's `@torch.no_grad()` step: run it with autograd on, as
+    torch.optim's own optimizers do."""
+    indent = source.indent_of(stmt.lineno)
+    body = ("\n" + indent + "    ").join(statement_text(source, stmt))
+    return Fix(f"Run `{source.segment(stmt)}` under `torch.enable_grad()`: it computes the loss, and "
+               f"autograd is off around it", (replace(source, stmt, f"with torch.enable_grad():\n{indent}    {body}"),))
 
 
 def leave_no_grad(source: Source, with_stmt: ast.With) -> Fix | None:

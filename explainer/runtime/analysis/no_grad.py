@@ -1,8 +1,12 @@
-"""no-grad (BX009): the loss has no graph; find the `.detach()`, `.item()`, `torch.no_grad()`
-block or `@torch.no_grad()` helper that cut it."""
+"""no-grad (BX009): the loss has no graph; find the `.detach()`, `.data`, `.item()`,
+`torch.no_grad()` block or `@torch.no_grad()` helper that cut it, following the loss back through
+the user's own methods it was returned from, or the caller that ran the training step with
+autograd off."""
 from __future__ import annotations
 
 import ast
+from collections import deque
+from dataclasses import dataclass, field
 
 import torch
 
@@ -10,9 +14,29 @@ from ...fixes import undo_cut
 from ...fixes.edits import node_start
 from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
-from ...reading.training import called_without_graph, no_grad_block
+from ...reading.training import called_without_graph, helper_called, no_grad_block, no_grad_decorator
 from .context import Context
 from .evidence import culprit_at, finding
+from .locate import class_source
+
+# Expressions followed back from the loss: a training step is a few dozen assignments deep.
+_MAX_TRACED = 96
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """A function (or module) the loss is followed through: its source, the runtime object its
+    `self` is when known, and its frame's values (only the failing frame's are known)."""
+
+    source: src.Source
+    node: ast.AST
+    owner: object | None = None
+    values: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def runs(self) -> bool:
+        """Whether this is the failing frame, whose values are known."""
+        return bool(self.values)
 
 
 def explain_no_grad(ctx: Context) -> Finding | None:
@@ -29,37 +53,171 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     values = dict(frame.f_globals) if frame is not None else {}
     if frame is not None:
         values.update(frame.f_locals)
-    pending = [(src.canonical(receiver), ctx.call.row)]
-    seen = set()
-    while pending:
-        expression, before = pending.pop(0)
-        if expression in seen or len(seen) > 24:
-            continue
-        seen.add(expression)
-        assignment = src.last_assignment(scope, expression, before)
-        if assignment is None:
-            continue
-        cut = _cut_in(assignment.stmt)
+    start = _Scope(source, scope, values.get("self"), values)
+    made = _made_from(start, src.canonical(receiver), ctx.call.row)
+    trained = None
+    for where, assignment in made:
+        cut = _cut_in(assignment.stmt, where.runs)
+        if isinstance(cut, (ast.With, ast.AsyncWith)):
+            return _cut_block(ctx, where, assignment, cut, made)
         if cut is not None:
-            return _cut(ctx, source, scope, assignment, cut)
+            return _cut(ctx, where.source, where.node, assignment, cut)
         value = src.value_of(assignment.stmt)
-        decorated = called_without_graph(value, scope) if value is not None else None
+        decorated = called_without_graph(value, where.node) if value is not None else None
         if decorated is not None:
-            return _decorated(ctx, source, assignment, *decorated)
-        for name in sorted(src.names_read(value) if value is not None else []):
-            found = values.get(name)
-            if isinstance(found, torch.Tensor) and not found.requires_grad:
-                pending.append((name, assignment.stmt.lineno))
+            return _decorated(ctx, where.source, assignment, *decorated)
+        if trained is None and isinstance(value, ast.Call) and _trains(_runtime(where, value.func)):
+            trained = (where, assignment)
+    return _grad_off(ctx, *trained) if trained is not None else None
+
+
+def _made_from(start: _Scope, expression: str, before: int):
+    """(scope, assignment) for every assignment the value of `expression` (read on line `before`)
+    was made from, nearest first: through names, the items of a dict or list filled one by one,
+    and the returns of the user's functions and methods it called."""
+    pending = deque([(start, expression, before)])
+    seen = set()
+    while pending and len(seen) < _MAX_TRACED:
+        where, expression, before = pending.popleft()
+        key = (id(where.node), expression, before)
+        if key in seen:
+            continue
+        seen.add(key)
+        for assignment in _assignments_of(where, expression, before):
+            yield where, assignment
+            pending.extend(_inputs(where, assignment))
+
+
+def _assignments_of(where: _Scope, expression: str, before: int) -> list[src.Assignment]:
+    found = src.last_assignment(where.node, expression, before)
+    if found is None and expression.endswith("]"):
+        # `losses_q[-1]`: the item it is at run time, as its own assignments name it.
+        found = _item_assignment(where, expression, before)
+    if found is None:
+        return []
+    if isinstance(found.value, ast.Dict) and not found.value.keys \
+            or isinstance(found.value, ast.List) and not found.value.elts:
+        # `losses = {}`, then `losses["ingr"] = ...`: what the items were given.
+        return [a for a in src.item_assignments(where.node, expression) if a.stmt.lineno < before]
+    return [found]
+
+
+def _item_assignment(where: _Scope, expression: str, before: int) -> src.Assignment | None:
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Constant, ast.UnaryOp))):
+        return None
+    container = where.values.get(src.canonical(node.value))
+    try:
+        index = ast.literal_eval(node.slice)
+    except ValueError:
+        return None
+    if not isinstance(container, (list, tuple)) or not isinstance(index, int) or not -len(container) <= index < len(container):
+        return None
+    return src.last_assignment(where.node, f"{src.canonical(node.value)}[{index % len(container)}]", before)
+
+
+def _inputs(where: _Scope, assignment: src.Assignment):
+    """What the assigned value was made from: the returns of the user's function it is the
+    result of, else the names it reads."""
+    value = src.value_of(assignment.stmt)
+    if value is None:
+        return
+    if isinstance(value, ast.Call):
+        callee = _callee(where, value)
+        if callee is not None:
+            element = _element(assignment)
+            for returned in (n for n in ast.walk(callee.node) if isinstance(n, ast.Return) and n.value is not None):
+                if src.enclosing_function(returned) is not callee.node:
+                    continue
+                result = returned.value
+                if element is not None and isinstance(result, ast.Tuple) and element < len(result.elts):
+                    result = result.elts[element]
+                for name in sorted(src.names_read(result)):
+                    yield callee, name, returned.lineno + 1
+            return
+    for node in ast.walk(value):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
+                and isinstance(node.slice, (ast.Constant, ast.UnaryOp)):
+            yield where, src.canonical(node), assignment.stmt.lineno  # `losses_q[-1]`, `out["loss"]`
+    for name in sorted(src.names_read(value) - {"self"}):
+        known = where.values.get(name, None) if where.runs else None
+        if not where.runs or name not in where.values or _may_carry(known):
+            yield where, name, assignment.stmt.lineno
+
+
+def _may_carry(value) -> bool:
+    """A value the loss may have been made from: a tensor without a graph, or a container."""
+    if isinstance(value, torch.Tensor):
+        return not value.requires_grad
+    return isinstance(value, (list, tuple, dict))
+
+
+def _element(assignment: src.Assignment) -> int | None:
+    """1 for `ids, logits = ...` when the target is `logits`."""
+    stmt = assignment.stmt
+    targets = getattr(stmt, "targets", [getattr(stmt, "target", None)])
+    for target in targets:
+        if isinstance(target, ast.Tuple):
+            for i, element in enumerate(target.elts):
+                if element is assignment.target:
+                    return i
     return None
+
+
+def _callee(where: _Scope, call: ast.Call) -> _Scope | None:
+    """The user's function or method that `call` runs: a function of the file, `self.f(...)`,
+    `obj.method(...)` or `model(...)` (its `forward`) on an object of the user's classes."""
+    helper = helper_called(call, where.node)
+    if helper is not None:
+        return _Scope(where.source, helper, where.owner if isinstance(call.func, ast.Attribute) else None)
+    func = call.func
+    obj, method = _runtime(where, func), "forward"
+    if not isinstance(obj, torch.nn.Module) and isinstance(func, ast.Attribute):
+        obj, method = _runtime(where, func.value), func.attr
+    if obj is None or isinstance(obj, (int, float, str, list, tuple, dict, torch.Tensor)):
+        return None
+    source, class_node = class_source(obj)
+    if class_node is None:
+        return None
+    function = next((m for m in class_node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and m.name == method), None)
+    return _Scope(source, function, obj) if function is not None else None
+
+
+def _runtime(where: _Scope, expression: ast.AST):
+    """The object `model` or `self.layer` is, when the scope's values or its `self` tell."""
+    steps = []
+    while isinstance(expression, ast.Attribute):
+        steps.append(expression.attr)
+        expression = expression.value
+    if not isinstance(expression, ast.Name):
+        return None
+    if expression.id == "self":
+        obj = where.owner
+    elif where.runs:
+        obj = where.values.get(expression.id)
+    else:
+        return None
+    for attribute in reversed(steps):
+        obj = getattr(obj, attribute, None)
+    return obj
+
+
+def _trains(obj) -> bool:
+    """A module with parameters that require grad: its output has a graph when autograd is on."""
+    return isinstance(obj, torch.nn.Module) and any(p.requires_grad for p in obj.parameters())
 
 
 def _cut(ctx: Context, source, scope, assignment, cut) -> Finding:
     name = source.segment(assignment.target)
     stmt = assignment.stmt
     fixes: list[Fix | None] = []
-    if isinstance(cut, (ast.With, ast.AsyncWith)):
-        how = "`torch.no_grad()`"
-        fixes.append(undo_cut.leave_no_grad(source, cut) if isinstance(cut, ast.With) else None)
+    if isinstance(cut, ast.Attribute):
+        how = "`.data`"
+        fixes.append(undo_cut.remove_data(source, cut))
     else:
         how = f"`.{cut.func.attr}()`" if isinstance(cut.func, ast.Attribute) else f"`{src.canonical(cut.func)}()`"
         recompute = None
@@ -74,6 +232,52 @@ def _cut(ctx: Context, source, scope, assignment, cut) -> Finding:
                      else remove)
     evidence = Evidence(name, _site(source, stmt), ctx.backward_site(), advice="no-graph", facts=(("cut", how),))
     return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, assignment)], fixes)
+
+
+def _cut_block(ctx: Context, where: _Scope, assignment, block, made) -> Finding:
+    """A `with torch.no_grad():` block made the loss: the culprit is the first of its statements
+    the loss comes from; the fix runs those statements before the block, or leaves it."""
+    chain = {id(assignment.stmt): assignment}
+    for other_where, other in made:
+        if other_where.node is where.node and src.inside(other.stmt, block) and no_grad_block(other.stmt) is block:
+            chain.setdefault(id(other.stmt), other)
+    first = min(chain.values(), key=lambda a: a.stmt.lineno)
+    source = where.source
+    statements = [a.stmt for a in chain.values()]
+    fix = undo_cut.leave_no_grad(source, block) if isinstance(block, ast.With) else None
+    if isinstance(block, ast.With) and len(statements) < len(block.body):
+        fix = undo_cut.run_before_block(source, block, statements) or fix
+    name = source.segment(first.target)
+    evidence = Evidence(name, _site(source, first.stmt), ctx.backward_site(), advice="no-graph",
+                        facts=(("cut", "`torch.no_grad()`"),))
+    return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, first)], [fix])
+
+
+def _grad_off(ctx: Context, where: _Scope, assignment) -> Finding | None:
+    """The loss comes from a module whose parameters train, yet has no graph, and no cut lies on
+    its way: a caller ran the training step with autograd off (an optimizer's `@torch.no_grad()`
+    `step` calling the closure that computes the loss)."""
+    for frame in ctx.frames[1:]:
+        source, scope = ctx.frame_source(frame)
+        if source is None or scope is None:
+            continue
+        stmt = src.innermost_statement(scope, frame.f_lineno)
+        if stmt is None:
+            continue
+        block = no_grad_block(stmt)
+        decorator = no_grad_decorator(scope)
+        if block is None and decorator is None:
+            continue
+        off = f"`{source.segment(block.items[0].context_expr)}`" if block is not None \
+            else f"`@{source.segment(decorator)}` on `{scope.name}`"
+        name = where.source.segment(assignment.target)
+        module = where.source.segment(src.value_of(assignment.stmt).func)
+        evidence = Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
+                            facts=(("module", module), ("caller", source.segment(stmt)), ("caller_row", stmt.lineno),
+                                   ("grad_off", off)))
+        return finding("BX009", "run-grad-off", "no-grad", evidence, [_assigned(where.source, assignment)],
+                       [undo_cut.enable_grad_around(source, stmt)])
+    return None
 
 
 def _decorated(ctx: Context, source, assignment, function: ast.FunctionDef, decorator: ast.expr) -> Finding:
@@ -93,12 +297,17 @@ def _assigned(source, assignment):
     return culprit_at(source.segment(assignment.target), source, node_start(source, assignment.target))
 
 
-def _cut_in(stmt: ast.stmt):
-    """What cut the graph in this assignment: a `.detach()`-like call, or an enclosing
-    `with torch.no_grad()`."""
+def _cut_in(stmt: ast.stmt, known: bool = True):
+    """What cut the graph in this assignment: a `.detach()`-like call, `.data`, or an enclosing
+    `with torch.no_grad()`. Where the values are not `known` (a function the loss was returned
+    from), only what cuts any tensor counts: `.float()` there may be a label's dtype."""
     value = src.value_of(stmt)
     if value is not None:
-        calls = src.calls_named(value, "detach", "item", "numpy", "tolist", "float")
+        calls = src.calls_named(value, *(("detach", "item", "numpy", "tolist", "float") if known else ("detach",)))
         if calls:
             return calls[0]
+        data = next((n for n in ast.walk(value) if isinstance(n, ast.Attribute) and n.attr == "data"
+                     and isinstance(n.ctx, ast.Load)), None)
+        if data is not None:
+            return data
     return no_grad_block(stmt)
