@@ -55,6 +55,12 @@ to the fresh output.""",
             "and this backward (line {backward.row}) goes through it again.",
             "`{carrier}` is computed once, before the {owner}, and every backward reuses its graph.",
             ("computed once before the {owner}",)),
+        "run-partly-detached": Message(
+            "`{carrier}` ({where}) is made from `{made}`, computed once before the repeated backward, and read "
+            "detached at line {detached_row} but not at line {plain_rows}: those reads go back into `{made}`'s "
+            "graph. {freed} it, and this backward (line {backward.row}) goes through it again.",
+            "`{carrier}` is detached for one term of the loss but not for another, which reuses a freed graph.",
+            ("read without `.detach()` into a graph made once",)),
         "run-init": Message(
             "`{carrier}` is computed once at {where} from parameters, so every forward reuses the same graph. "
             "{freed} it, and this backward (line {backward.row}) needs it again.",

@@ -7,13 +7,13 @@ import ast
 
 import torch
 
-from ...fixes import constant_data, detach_peer_reads, move_into_loop
+from ...fixes import constant_data, detach_every_read, detach_peer_reads, move_into_loop, own_value
 from ...model import Finding
 from ...reading import source as src
 from ...reading.dataflow import ancestors
 from ..records import BackwardCall
 from .context import Context
-from .evidence import culprit, finding, freed_graph
+from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate, Located
 from .trained import every_optimizer_parameter, leaves_under
 
@@ -30,12 +30,19 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
     owner = repeating_owner(ctx, located, failing, source)
     if owner is None:
         return None
+    partly = _partly_detached(ctx, candidate, previous, failing, source)
+    if partly is not None:
+        return partly
     # Only a tensor reached as itself can be detached where it is made: not one found inside a
     # dict or list that the statement stores.
     whole = not any(kind == "item" for kind, _ in candidate.binding.steps)
     untrained = _untrained_leaves(ctx, candidate) if whole else None
     model = None if untrained or not whole else _called_again_in(ctx, located, owner)
     fixes = []
+    function = src.enclosing_function(failing)
+    if function is not None and located.source is source and isinstance(located.store, ast.stmt):
+        # The failing function scores it afresh itself (`pred_fake = self.netD(fake_AB)`).
+        fixes.append(own_value.read_own_value(source, function, located.store, name))
     if untrained:
         fixes.append(constant_data.detach_data(located.source, located.store, name, untrained))
     if model is not None:
@@ -47,6 +54,35 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
     return finding("BX004", "run-before", "second-backward", freed_graph(ctx, name, located, previous, "grows",
                                                                          owner=kind),
                    [culprit(ctx, candidate)], fixes)
+
+
+def _partly_detached(ctx: Context, candidate: Candidate, previous: BackwardCall, failing, source) -> Finding | None:
+    """`fake_AB = torch.cat((real_A, self.fake_B), 1)` in the failing function, read as
+    `fake_AB.detach()` by one term of the loss and plainly by another (a gradient penalty): the
+    plain read goes back into the graph made once, and the user's own detach says it should not."""
+    function = src.enclosing_function(failing)
+    located = candidate.located
+    if function is None or located is None or located.source.filename != source.filename:
+        return None
+    made = src.canonical(located.target_text)
+    frame = ctx.frames[0]
+    for stmt in src.own_nodes(function):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and stmt.lineno < failing.lineno and src.reads(stmt.value, made)):
+            continue
+        name = stmt.targets[0].id
+        value = frame.f_locals.get(name)
+        detached, plain = detach_every_read.reads(function, name)
+        if not detached or not plain or not isinstance(value, torch.Tensor) or value.grad_fn is None:
+            continue
+        here = Located(source, function, stmt, stmt.targets[0], name, False)
+        evidence = freed_graph(ctx, name, here, previous, "grows",
+                               made=located.target_text, detached_row=detached[0].lineno,
+                               plain_rows=", ".join(str(n.lineno) for n in plain))
+        return finding("BX004", "run-partly-detached", "second-backward", evidence,
+                       [culprit_at(name, source, here.location)],
+                       [detach_every_read.detach_the_other_reads(source, name, plain, detached[0])])
+    return None
 
 
 def loop_past_the_fill(located: Located | None, failing, source) -> ast.stmt | None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import ast
 
-from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
+from ...fixes import (
+    detach_for_first_consumer,
+    graph_options,
+    own_value,
+    recompute_forward,
+    remove_statement,
+    sum_losses,
+)
 from ...fixes.edits import node_start, overlapping
 from ...model import Finding, Fix
 from ...reading import source as src
@@ -27,6 +34,11 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
     _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
     fixes: list[Fix | None] = []
     advice = "after-step"
+    function = src.enclosing_function(failing) if failing is not None else None
+    if located is not None and function is not None and located.scope is located.source.tree \
+            and isinstance(located.store, ast.stmt) and located.source is source:
+        # A module-level tensor read inside the training function, which makes its own.
+        fixes.append(own_value.read_own_value(source, function, located.store, name))
     if located is not None and failing is not None and between:
         last_step = max(between, key=lambda s: s.tick)
         shared = [candidate] + [c for c in others if c.relation == "direct" and c.located is not None
