@@ -49,6 +49,12 @@ for x, y in batches:
             "{freed} that graph, and this backward (line {backward.row}) tries to go through it again.",
             "`{carrier}` carries the graph of the previous iteration into this backward.",
             ("carried across iterations",)),
+        "run-kept": Message(
+            "`{carrier}` keeps `{kept}` (set at {where}), which still carries the autograd graph of the previous "
+            "iteration: `{via}` (line {via_row}) stored it there. {freed} that graph, and this backward (line "
+            "{backward.row}) tries to go through it again.",
+            "`{carrier}` keeps the graph of the previous iteration, and this backward goes through it.",
+            ("keeps the previous iteration's graph", "set here, with its graph")),
         "likely-carried": Message(
             "`{carrier}` is re-assigned from itself at {where}, so it carries the graph of the previous "
             "iteration; an earlier backward freed that graph and this backward goes through it again. "

@@ -127,7 +127,7 @@ def starts_as_number(scope: ast.AST, carrier: str, loop: ast.stmt) -> bool:
 def starts_as_none(scope: ast.AST, carrier: str, loop: ast.stmt) -> bool:
     """Whether `carrier` is set to None before the loop (the first pass has no state yet)."""
     for assignment in assignments(scope, carrier):
-        value = getattr(assignment.stmt, "value", None)
+        value = assignment.value  # `memory, norm_term = None, None` too
         if assignment.stmt.lineno < loop.lineno and isinstance(value, ast.Constant) and value.value is None:
             return True
     return False

@@ -2,6 +2,7 @@
 `model.hidden`), list, tuple and dict entries, to a bounded depth."""
 from __future__ import annotations
 
+import collections
 import sys
 import types
 from dataclasses import dataclass
@@ -51,14 +52,20 @@ def _skippable(name: str, value) -> bool:
 
 
 def bindings(frames) -> list[Binding]:
-    """Every tensor reachable from the frames, first binding per tensor wins (inner frames
-    before outer, locals before globals, shallow before deep)."""
+    """Every tensor reachable from the frames, first binding per tensor wins: inner frames before
+    outer, and within a frame shallow before deep, locals before globals (the loop's `memory`
+    before the `model.attn.memory` it was also stored as)."""
     found: list[Binding] = []
     seen: set[int] = set()
     visited_objects: set[int] = set()
+    by_frame: dict[int, list] = {}
     for index, name, value in _variables(frames):
         if not _skippable(name, value):
-            _collect(found, seen, visited_objects, index, name, (), value, None, 0)
+            by_frame.setdefault(index, []).append((index, name, (), value, None, 0))
+    for index in sorted(by_frame):
+        pending = collections.deque(by_frame[index])
+        while pending:
+            _collect(found, seen, visited_objects, pending, *pending.popleft())
     return found
 
 
@@ -79,7 +86,8 @@ def _variables(frames):
                 yield index, name, value
 
 
-def _collect(found, seen, visited, frame_index, base, steps, value, owner, depth) -> None:
+def _collect(found, seen, visited, pending, frame_index, base, steps, value, owner, depth) -> None:
+    """Bind `value` if it is a tensor, else queue what it holds, one level deeper."""
     if isinstance(value, torch.Tensor):
         if id(value) not in seen:
             seen.add(id(value))
@@ -90,30 +98,30 @@ def _collect(found, seen, visited, frame_index, base, steps, value, owner, depth
     if isinstance(value, (str, bytes, int, float, bool, type(None))):
         return
     visited.add(id(value))
+
+    def queue(step, item, holder):
+        pending.append((frame_index, base, steps + (step,), item, holder, depth + 1))
+
     if isinstance(value, torch.nn.Module):
         for attr, item in _module_members(value):
-            _collect(found, seen, visited, frame_index, base, steps + (("attr", attr),), item,
-                     value, depth + 1)
+            queue(("attr", attr), item, value)
     elif isinstance(value, (list, tuple)):
         indices = range(len(value))
         if len(value) > MAX_ITEMS:
             half = MAX_ITEMS // 2
             indices = list(range(half)) + list(range(len(value) - half, len(value)))
         for i in indices:
-            _collect(found, seen, visited, frame_index, base, steps + (("item", i),), value[i],
-                     owner, depth + 1)
+            queue(("item", i), value[i], owner)
     elif isinstance(value, dict):
         for count, (key, item) in enumerate(list(value.items())):
             if count >= MAX_ITEMS:
                 break
             if isinstance(key, (str, int)):
-                _collect(found, seen, visited, frame_index, base, steps + (("item", key),), item,
-                         owner, depth + 1)
+                queue(("item", key), item, owner)
     elif _is_user_object(value):
         for attr, item in list(vars(value).items()):
             if not attr.startswith("__"):
-                _collect(found, seen, visited, frame_index, base, steps + (("attr", attr),),
-                         item, value, depth + 1)
+                queue(("attr", attr), item, value)
 
 
 def _module_members(module: torch.nn.Module):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 
-from ...fixes import accumulate_item, detach_carried
+from ...fixes import accumulate_item, detach_carried, reset_state
 from ...model import Finding, Fix
 from ...reading import source as src
 from ...reading.training import last_reset, running_total
+from .. import naming
 from ..records import BackwardCall
 from .context import Context
-from .evidence import culprit, finding, freed_graph
+from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate
 
 
@@ -19,6 +20,15 @@ def explain_carried(ctx: Context, candidate: Candidate, previous: BackwardCall, 
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     total = (located is not None and receiver is not None and running_total(located.store) is not None
              and src.canonical(receiver) == src.canonical(candidate.name))
+    via = candidate.via
+    if via is not None and not total:
+        # The loop's own name for it, and the call that stored it, first: the user's line.
+        evidence = freed_graph(ctx, via.target_text, located, previous, "grows",
+                               kept=candidate.kept, via=via.source.segment(via.store),
+                               via_row=via.row)
+        culprits = [culprit_at(via.target_text, via.source, via.location), culprit(ctx, candidate)]
+        return finding("BX001", "run-kept", "second-backward", evidence, culprits,
+                       carried_fixes(ctx, candidate, failing))
     evidence = freed_graph(ctx, candidate.name, located, previous, "grows")
     code, variant = ("BX002", "run-total") if total else ("BX001", "run-carried")
     return finding(code, variant, "second-backward", evidence, [culprit(ctx, candidate)],
@@ -44,8 +54,12 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
             is_tuple = True  # `self.hidden`, found through `model.hidden[0]`
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     if located.class_node is not None:
-        return detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple, located.class_node,
-                                                     candidate.used_now)
+        fixes = detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple, located.class_node,
+                                                      candidate.used_now)
+        if candidate.used_now:
+            # Updated within the pass: cutting it would cut this pass too; start each pass afresh.
+            fixes.insert(0, _reset_each_pass(ctx, candidate, failing))
+        return fixes
     reset = _reset_before_freeing(ctx, located, name, failing)
     if reset is not None:
         # Both backward calls are in one pass: there is no older pass's history to detach.
@@ -95,3 +109,27 @@ def _reset_before_freeing(ctx: Context, located, name: str, failing):
             if reset is not None and reset.lineno < freeing.row:
                 return reset, freeing_stmt
     return None
+
+def _reset_each_pass(ctx: Context, candidate: Candidate, failing) -> Fix | None:
+    """Reset the module's state with its class's own reset method, before the forward of the
+    loop that runs the failing backward, for every such module of the model bound there."""
+    located, owner = candidate.located, candidate.binding.owner
+    attribute = candidate.binding.steps[-1][1] if candidate.binding.steps else None
+    found = reset_state.reset_method(located.class_node, attribute) if attribute and owner is not None else None
+    source, _, _ = ctx.failing_statement()
+    if found is None or failing is None or source is None \
+            or not any(isinstance(n, ast.ClassDef) and n.name == located.class_node.name for n in source.tree.body):
+        return None
+    loops = src.loops_around(failing)
+    if not loops:
+        return None
+    roots = [expression for expression, module, index in naming.module_bindings(ctx.frames)
+             if expression.isidentifier() and ctx.frames[index].f_code.co_filename == source.filename
+             and any(m is owner for m in module.modules())]
+    before = next((stmt for stmt in loops[0].body for root in roots if src.reads(stmt, root)), None)
+    if before is None:
+        return None
+    root = next(root for root in roots if src.reads(before, root))
+    method, stmt = found
+    return reset_state.reset_each_pass(source, before, root, located.class_node.name, method.name,
+                                       reset_state.same_as_initial(located.class_node, attribute, stmt))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...model import Location
 from ...reading import source as src
 from ...reading.dataflow import ancestors
-from ...reading.training import reset_before
+from ...reading.training import helper_called, reset_before
 from .. import graph, naming
 from .context import Context
 
@@ -48,6 +48,10 @@ class Candidate:
     # Its value is part of the failing backward's graph, updated more than once since the last
     # backward: cutting it where it is made would cut this pass's gradients too.
     used_now: bool = False
+    # The user's call, in the loop around the backward, that stored it on an object of theirs
+    # (`replay_buffer.add(samples)`, which extends `self.log_probs` two methods down).
+    via: Located | None = None
+    kept: str = ""  # how `via`'s object reaches the state: `replay_buffer.training_objects.log_probs`
 
 
 def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
@@ -204,6 +208,10 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
         located = candidate.located
         if located is None or _fresh_each_pass(ctx, located):
             continue
+        if candidate.used_now and _updated_within_one_call(located):
+            candidate.used_now = False
+        elif not candidate.used_now and _read_again_in_its_loop(located):
+            candidate.used_now = True
         if located.carried:
             carried_located.append(candidate)
         elif located.class_node is not None and not candidate.used_now:
@@ -216,7 +224,74 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
     ranked.extend(carried_located + kept_state)
     for candidate in ranked:
         candidate.name = name_of(candidate)
+        candidate.via = _stored_by_call(ctx, candidate)
+        candidate.kept = candidate.binding.expression if candidate.via is not None else ""
+    for candidate in ranked:
+        if candidate.via is None and candidate.located is not None:
+            # `training_objects.log_probs`, a sample of what `replay_buffer.training_objects`
+            # keeps: the same store, reached by the loop's call on the buffer.
+            other = next((other for other in ranked if other.via is not None
+                          and other.located.store is candidate.located.store), None)
+            if other is not None:
+                candidate.via, candidate.kept = other.via, other.kept
     return ranked
+
+
+# Method calls followed down from the user's call to the method that stores the state.
+_CALL_DEPTH = 3
+
+
+def _stored_by_call(ctx: Context, candidate: Candidate) -> Located | None:
+    """`replay_buffer.add(samples)` in the loop around the backward, when the state is an
+    attribute of an object held by `replay_buffer` (not `replay_buffer`'s own) and that call leads,
+    through the methods it calls, to the method that stores the state."""
+    located, binding = candidate.located, candidate.binding
+    if located is None or located.class_node is None or len(binding.steps) < 2 \
+            or not all(kind == "attr" for kind, _ in binding.steps):
+        return None
+    frame = ctx.frames[binding.frame_index]
+    holder = frame.f_locals.get(binding.base, frame.f_globals.get(binding.base))
+    if holder is None or holder is binding.owner:
+        return None
+    source, scope = ctx.frame_source(frame)
+    if source is None:
+        return None
+    storing = src.enclosing_function(located.store)
+    for loop in ctx.backward_loops(source, scope)[:1]:
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and src.canonical(node.func.value) == binding.base \
+                    and _leads_to(holder, node.func.attr, storing, _CALL_DEPTH):
+                stmt = src.innermost_statement(scope, node.lineno)
+                return Located(source, scope, stmt, node.func.value, binding.base, True)
+    return None
+
+
+def _leads_to(obj, method_name: str, target: ast.AST | None, depth: int) -> bool:
+    """Whether `obj.method_name()` is, or calls (`self.f()`, `self.attr.g()`), the def `target`."""
+    if target is None or depth < 0:
+        return False
+    _, class_node = class_source(obj)
+    method = next((m for m in getattr(class_node, "body", []) if isinstance(m, ast.FunctionDef)
+                   and m.name == method_name), None)
+    if method is None:
+        return False
+    if method is target:
+        return True
+    for node in ast.walk(method):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        callee_owner = node.func.value
+        if isinstance(callee_owner, ast.Name) and callee_owner.id == "self":
+            inner = obj
+        elif isinstance(callee_owner, ast.Attribute) and isinstance(callee_owner.value, ast.Name) \
+                and callee_owner.value.id == "self":
+            inner = getattr(obj, callee_owner.attr, None)
+        else:
+            continue
+        if inner is not None and _leads_to(inner, node.func.attr, target, depth - 1):
+            return True
+    return False
 
 
 # Nodes looked at for an earlier update of a state in this pass: one update is a handful of
@@ -244,6 +319,40 @@ def _updated_again_this_pass(current: graph.Walk, key: int, reaching_targets: se
             seen.add(child_key)
             pending.append(child_key)
     return False
+
+
+def _updated_within_one_call(located: Located) -> bool:
+    """Whether the many updates of a module's state in one pass are a loop of its own code over a
+    local (`for t in ...: state = gate[:, t] * state + x[:, t]` in a scan the forward calls),
+    stored once at the end (`self.recurrent_states = state`): the stored value is read only by
+    the next call, so cutting it there leaves this pass alone. A state stored inside a loop, or
+    re-read by each of several calls in a pass (a neuron stepped by its caller), is not."""
+    store = located.store
+    if located.class_node is None or not isinstance(store, ast.stmt) or src.loops_around(store) \
+            or not isinstance(located.target, ast.Attribute):
+        return False
+    value = src.value_of(store)
+    if value is None or src.reads(value, src.canonical(located.target)):
+        return False
+    names = src.names_read(value)
+    made = [a.stmt for a in ancestors(value, located.scope, store.lineno)]
+    functions = [located.scope] + [helper for stmt in made for node in ast.walk(stmt) if isinstance(node, ast.Call)
+                                   for helper in [helper_called(node, located.scope)] if helper is not None]
+    return any(isinstance(loop, (ast.For, ast.While)) and any(
+        isinstance(stmt, (ast.Assign, ast.AugAssign)) and self_referencing(src.Assignment(stmt, target), name)
+        for stmt in ast.walk(loop) for target in src.targets_of(stmt)
+        for name in [src.canonical(target)] if name.isidentifier() and (function is not located.scope or name in names))
+        for function in functions for loop in ast.walk(function))
+
+
+def _read_again_in_its_loop(located: Located) -> bool:
+    """`for t in ...: h = self.v + x[t]; self.v = f(h)` in a method: the state stored at one
+    time step is read at the next, within the same pass."""
+    if located.class_node is None or not isinstance(located.store, ast.stmt):
+        return False
+    expression = src.canonical(located.target_text)
+    return any(read is not located.target for loop in src.loops_around(located.store)
+               for read in src.reads(loop, expression))
 
 
 def _read_back(candidate: Candidate) -> bool:
@@ -274,8 +383,11 @@ def _fresh_each_pass(ctx: Context, located: Located) -> bool:
     # pass does not help when both backward calls are in it (SAM's two passes on one `loss`).
     after = freeing.row if freeing is not None and freeing.filename == source.filename \
         and freeing.row < located.store.lineno else 0
-    return any(src.inside(failing, loop) and reset_before(loop, located.store, expression, after)
-               for loop in src.loops_around(located.store))
+    # Only the innermost loop that runs the backward counts: a reset once per epoch around an
+    # inner loop of segments (`memory = None`, then one backward per segment) still lets every
+    # segment carry the previous one's history.
+    loop = next((loop for loop in src.loops_around(located.store) if src.inside(failing, loop)), None)
+    return loop is not None and reset_before(loop, located.store, expression, after)
 
 
 def name_of(candidate: Candidate) -> str:
