@@ -75,9 +75,15 @@ def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
         twin_code, twin_findings, _ = explain(sample.fixed, device, workdir)
         twin_ok = twin_code == 0 and not twin_findings
     row.update(fix0_runs_clean=fixed_ok, fix0_trains_same=trains_same, twin_runs_clean=twin_ok)
+    if not row["fix0_safe"] and sample.fixed is not None:
+        # A fix that changes this step's gradients is unsafe by definition; when the expert's own
+        # fix changes them too, the right fix cannot be safe.
+        row["twin_changes_first_step"] = bool(trained.same_first_step(
+            trained.trained_by(sample.path, workdir / f"{sample.path.stem}.buggy.pt", device),
+            trained.trained_by(sample.fixed, workdir / f"{sample.path.stem}.twin.pt", device)))
     expected = (sample.kind, sample.culprit_on(device), sample.culprit_row)
     row["ok"] = (row["kind"], row["culprit"], row["line"]) == expected \
-        and row["fix0_safe"] and trains_same and twin_ok is not False
+        and (row["fix0_safe"] or row.get("twin_changes_first_step", False)) and trains_same and twin_ok is not False
     return row
 
 
@@ -89,7 +95,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         culprit = f"`{r['culprit']}` ({r['line']})" if "culprit" in r else "—"
         lines.append(f"| `{r['sample']}` | {r['expected']} | {r['kind']} | {culprit} | "
-                     f"{mark[r.get('fix0_safe')]} | {mark[r.get('fix0_runs_clean')]} | {mark[r.get('fix0_trains_same')]} | "
+                     f"{'no, as the twin' if r.get('twin_changes_first_step') else mark[r.get('fix0_safe')]} | {mark[r.get('fix0_runs_clean')]} | {mark[r.get('fix0_trains_same')]} | "
                      f"{mark[r.get('twin_runs_clean')]} | {mark[r['ok']]} |")
     return "\n".join(lines)
 

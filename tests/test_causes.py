@@ -78,7 +78,9 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "owner": "loop", "loop_row": 7, "repeat": "pass", "function": "predict", "decorator": "torch.no_grad()",
          "decorator_row": 3, "loss": "loss", "cut": "`.detach()`", "graph": "loss", "grad_call": "torch.autograd.grad(l, x)",
          "api": "grad", "change": "h += 1", "saver": "relu", "built": "q", "manual": False, "expected_version": 0,
-         "version": 1, "graph_nodes": 20000}
+         "version": 1, "graph_nodes": 20000, "kept": "buffer.items.log_probs", "via": "buffer.add(samples)",
+         "via_row": 8, "read": 4, "module": "self.layer", "caller": "loss = closure()", "caller_row": 12,
+         "grad_off": "`@torch.no_grad()` on `step`", "made": "self.fake_B", "detached_row": 6, "plain_rows": "7"}
 
 
 def evidence(**changes) -> Evidence:

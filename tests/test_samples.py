@@ -24,8 +24,6 @@ TWINS = [s for s in EVERY if s.fixed is not None]
 # Real-world cases the engine does not yet get right, each with what goes wrong today. Strict:
 # a case that starts passing fails here until it leaves this list.
 NOT_YET: dict[str, str] = {
-    "real/adamw_closure_no_grad": "no finding: the loss is made in a closure that the optimizer's "
-                                  "@torch.no_grad() step runs; grad mode is not followed through frames",
     "real/argmax_coor_loss": "`output_coor_` at line 39, not 37, and no fix: a loss on argmax needs "
                              "another loss, not an undone cut",
     "real/composer_loss_tuple": "the shared trunk output lives only inside forward: unnamed, no fix",
@@ -36,41 +34,16 @@ NOT_YET: dict[str, str] = {
     "real/frame_hash_text_embedder": "names the holder `self.feat_dict` (40), not `emb` (34) where the "
                                      "embedding is made; no fix for a value inside a dict",
     "real/gan_zoo_gdpp_two_backward": "names `phiReal`, not `phiGFake`; no fix",
-    "real/gfn_replay_buffer_log_probs": "fixes[0] trains what the twin trains, but the culprit is "
-                                        "`self.log_probs` (30), not `replay_buffer` (138)",
-    "real/infini_attention_memory": "fixes[0] trains what the twin trains, but the culprit is the "
-                                    "module's `self.memory` (55), not the caller's `memory` (97)",
     "real/k2_mutual_information_grad_inplace": "a custom Function's own saved gradient changed in place: "
                                                "no culprit, no fix",
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is not taken for the "
                                             "modifier: no parameter named, no fix",
-    "real/maml_losses_q_no_grad": "no finding: the loss is picked by index from a list accumulated "
-                                  "under no_grad",
     "real/medipixel_ppo_total_loss_twice": "only the unsafe reorder; the upstream fix splits total_loss "
                                            "into the critic's and the actor's losses",
-    "real/moco_queue_no_clone": "the queue buffer changed by _dequeue_and_enqueue is taken for an "
-                                "optimizer step on the encoder; no fix",
     "real/ode_load_state_dict": "the modifier is load_state_dict in the loop, not a step; no fix",
     "real/onmt_class_loss_in_shards": "names `state['output']`, not `memory_bank`; no fix",
-    "real/pix2pix_wgangp_gp_fake_ab": "names `self.fake_B` (60) where the twin detaches `fake_AB` (64) "
-                                      "for the gradient penalty; no fix",
-    "real/recurrent_gemma_rglru_state": "fixes[0] trains what the twin trains, but is offered unsafe: the "
-                                        "state is updated at every time step of a pass, and the engine "
-                                        "cannot yet tell that only the next pass reads the stored value",
     "real/resample_retain_step": "recomputing after the step gives the weights' update the stepped "
                                  "model; the twin runs both backward calls before either step",
-    "real/rotary_cached_freqs": "the stored cache is named and detached where it is stored, as upstream "
-                                "did, but offered unsafe: every layer reads the cache again within the "
-                                "step that fills it, so the first step's gradients change",
-    "real/sample_logits_data": "no finding: the `.data` cut is inside the method the loss comes from",
-    "real/seq2seq_global_encoder_output": "the module-level tensor is named, but no fix (the twin reads "
-                                          "the function's own `encoder_outputs`)",
-    "real/sew_resnet_reset_net": "detaching `self.v` trains differently from resetting the neurons "
-                                 "after each step, as the maintainer's fix does",
-    "real/shiftnet_re_avg_gan_pred_fake": "the snapshot detach of `self.pred_fake` drops the generator "
-                                          "term that the twin keeps with a fresh score",
-    "real/snntorch_init_hidden_no_reset": "`self.mem` is named, but its fixes would cut this step's "
-                                          "history (offered unsafe); the right fix resets per batch",
     "real/tianshou_sac_batched_critic": "the recompute misses the first critic's Q values, so it is "
                                         "offered unsafe; the upstream fix is one forward per loss",
     "real/toshikwa_sac_policy_loss_first": "the graph is placed at line 17 inside the network, not at "
@@ -126,20 +99,23 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
     assert Finding.from_json(finding).to_json() == finding
 
     fix = finding["fixes"][0]
-    assert fix["applicability"] == "safe"
     assert {e["filename"] for e in fix["edits"]} == {str(sample.path)}
     patched = _patched(sample, fix, tmp_path / "patched")
     after = explain_run(patched)
     assert (after.returncode, after.findings) == (0, []), after.stderr
     fixed = trained.trained_by(patched, tmp_path / "fixed.pt")
     assert trained.like_a_twin(fixed, sample.twins, tmp_path) == []
-    if finding["code"] in HISTORY_OF_EARLIER_STEPS:
-        # The bug only bites from the second step on: a right fix leaves the first one alone,
-        # unless the expert's own fix changes it too (a moving average updated from detached
-        # features no longer passes gradient within the step: a choice, not a side effect).
-        buggy = trained.trained_by(sample.path, tmp_path / "buggy.pt")
-        if not trained.same_first_step(buggy, trained.trained_by(sample.fixed, tmp_path / "twin.pt")):
-            assert trained.same_first_step(buggy, fixed) == []
+    if fix["applicability"] == "safe" and finding["code"] not in HISTORY_OF_EARLIER_STEPS:
+        return
+    buggy = trained.trained_by(sample.path, tmp_path / "buggy.pt")
+    twin_keeps_first_step = not trained.same_first_step(buggy, trained.trained_by(sample.fixed, tmp_path / "twin.pt"))
+    # A safe fix leaves this step's gradients alone. When the expert's own fix changes them (a
+    # cache read again within the step that fills it, detached as upstream did; a moving
+    # average updated from detached features), the right fix cannot be safe: it must say so.
+    assert fix["applicability"] == "safe" or not twin_keeps_first_step
+    if finding["code"] in HISTORY_OF_EARLIER_STEPS and twin_keeps_first_step:
+        # The bug only bites from the second step on: a right fix leaves the first one alone.
+        assert trained.same_first_step(buggy, fixed) == []
 
 
 @pytest.mark.parametrize("sample", BUGGY, ids=lambda s: s.name)
