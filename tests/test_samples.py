@@ -24,8 +24,8 @@ TWINS = [s for s in EVERY if s.fixed is not None]
 # Real-world cases the engine does not yet get right, each with what goes wrong today. Strict:
 # a case that starts passing fails here until it leaves this list.
 NOT_YET: dict[str, str] = {
-    "real/argmax_coor_loss": "`output_coor_` at line 39, not 37, and no fix: a loss on argmax needs "
-                             "another loss, not an undone cut",
+    "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
+                             "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/composer_loss_tuple": "the shared trunk output lives only inside forward: unnamed, no fix",
     "real/dreamer_value_step_before_action": "recomputes the imagined values after the value step; the "
                                              "twin updates the action model first",

@@ -57,7 +57,7 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     made = _made_from(start, src.canonical(receiver), ctx.call.row)
     trained = None
     for where, assignment in made:
-        cut = _cut_in(assignment.stmt, where.runs)
+        cut = _cut_in(assignment.stmt, where)
         if isinstance(cut, (ast.With, ast.AsyncWith)):
             return _cut_block(ctx, where, assignment, cut, made)
         if cut is not None:
@@ -219,7 +219,8 @@ def _cut(ctx: Context, source, scope, assignment, cut) -> Finding:
         how = "`.data`"
         fixes.append(undo_cut.remove_data(source, cut))
     else:
-        how = f"`.{cut.func.attr}()`" if isinstance(cut.func, ast.Attribute) else f"`{src.canonical(cut.func)}()`"
+        method = isinstance(cut.func, ast.Attribute) and src.canonical(cut.func.value) != "torch"
+        how = f"`.{cut.func.attr}()`" if method else f"`{src.canonical(cut.func)}()`"
         recompute = None
         if isinstance(cut.func, ast.Attribute) and cut.func.attr == "detach":
             if src.canonical(cut.func.value) == src.canonical(assignment.target):
@@ -297,15 +298,45 @@ def _assigned(source, assignment):
     return culprit_at(source.segment(assignment.target), source, node_start(source, assignment.target))
 
 
-def _cut_in(stmt: ast.stmt, known: bool = True):
-    """What cut the graph in this assignment: a `.detach()`-like call, `.data`, or an enclosing
-    `with torch.no_grad()`. Where the values are not `known` (a function the loss was returned
-    from), only what cuts any tensor counts: `.float()` there may be a label's dtype."""
+# Calls whose result has no graph: detached copies, Python values, and integer results.
+_CUTS = ("detach", "item", "numpy", "tolist")
+_INTEGER = ("argmax", "argmin", "argsort", "long", "int", "bool")
+
+
+def _bound_again(scope: ast.AST, name: str, row: int) -> bool:
+    """Whether `name` is assigned on line `row` or later: its value now is not the one read there
+    (`output = output.detach()`)."""
+    return any(a.stmt.lineno >= row for a in src.assignments(scope, name))
+
+
+def _operand(call: ast.Call) -> ast.AST | None:
+    """The tensor a call applies to: `x` in `x.detach()`, `torch.argmax(x)` and `float(x)`."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and src.canonical(func.value) != "torch":
+        return func.value
+    return call.args[0] if call.args else None
+
+
+def _cut_in(stmt: ast.stmt, where: _Scope):
+    """What cut the graph in this assignment: a `.detach()`-like call, an integer result
+    (`torch.argmax(scores)`), `.data`, or an enclosing `with torch.no_grad()`. A call counts only
+    where it cuts a tensor that has a graph: `y.long()` on labels cuts nothing. Where the values
+    are not known (a function the loss was returned from), only `.detach()` and `.data` count."""
     value = src.value_of(stmt)
     if value is not None:
-        calls = src.calls_named(value, *(("detach", "item", "numpy", "tolist", "float") if known else ("detach",)))
-        if calls:
-            return calls[0]
+        names = _CUTS + _INTEGER + ("float",) if where.runs else ("detach",)
+        for call in src.calls_named(value, *names):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name == "float" and isinstance(call.func, ast.Attribute):
+                continue  # `x.float()` keeps the graph; only Python's `float(x)` drops it
+            operand = _operand(call)
+            known = where.values.get(operand.id) if where.runs and isinstance(operand, ast.Name) \
+                and not _bound_again(where.node, operand.id, stmt.lineno) else None
+            if isinstance(known, torch.Tensor) and not known.requires_grad:
+                continue  # nothing to cut
+            if name in _INTEGER and not isinstance(known, torch.Tensor):
+                continue  # an integer result is only a cut where the operand had a graph
+            return call
         data = next((n for n in ast.walk(value) if isinstance(n, ast.Attribute) and n.attr == "data"
                      and isinstance(n.ctx, ast.Load)), None)
         if data is not None:
