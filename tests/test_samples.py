@@ -38,8 +38,6 @@ NOT_YET: dict[str, str] = {
                                                "no culprit, no fix",
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is not taken for the "
                                             "modifier: no parameter named, no fix",
-    "real/medipixel_ppo_total_loss_twice": "only the unsafe reorder; the upstream fix splits total_loss "
-                                           "into the critic's and the actor's losses",
     "real/ode_load_state_dict": "the modifier is load_state_dict in the loop, not a step; no fix",
     "real/onmt_class_loss_in_shards": "names `state['output']`, not `memory_bank`; no fix",
     "real/resample_retain_step": "recomputing after the step gives the weights' update the stepped "

@@ -108,6 +108,12 @@ def _method_call(stmt: ast.stmt, method: str) -> str | None:
     return None
 
 
+def next_step_after(scope: ast.AST, row: int) -> str | None:
+    """`opt` for the first `opt.step()` statement of `scope` after `row`."""
+    return next((_method_call(s, "step") for s in _simple_statements(scope) if s.lineno > row
+                 and _method_call(s, "step")), None)
+
+
 def last_step_before(scope: ast.AST, row: int) -> int | None:
     """The row of the last `opt.step()` statement of `scope` before `row`."""
     rows = [s.lineno for s in _simple_statements(scope) if s.lineno < row and _method_call(s, "step")]

@@ -7,7 +7,9 @@ import ast
 import math
 import textwrap
 
-from ...fixes import graph_options, out_of_place, recompute_forward
+import torch
+
+from ...fixes import graph_options, out_of_place, recompute_forward, split_loss
 from ...fixes.edits import delete_lines, insert_lines_after, node_start, statement_text
 from ...model import CallSite, Culprit, Evidence, Finding, Fix, Location
 from ...reading import source as src
@@ -18,7 +20,7 @@ from .context import Context
 from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
 from .locate import Candidate, Located, class_source, locate, name_of, reaching
-from .trained import optimizer_parameters, parameters_under
+from .trained import optimizer_parameters, parameters_under, trained_by
 
 
 def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | None:
@@ -74,6 +76,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                     edits = edits + (drop,)
             stale = _stale_reads(ctx, recompute, optimizer_parameters(steps))
             fixes.append(Fix(recompute.message, edits, "unsafe" if stale else "safe"))
+        fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
         fixes.append(_reorder_step(source, scope, step, failing))
     located = carrier.located if carrier is not None else None
     culprits = []
@@ -91,6 +94,54 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         code, variant = "BX007", "run-step" if located is not None else "run-step-site"
     return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
                    "certain" if parameter_name and step_site else "likely")
+
+
+def _split_loss(ctx, source, scope, step: StepCall, failing) -> Fix | None:
+    """`total_loss.backward(retain_graph=True); critic_optim.step(); total_loss.backward()`:
+    when the terms of `total_loss` that reach the stepped optimizer's parameters reach none of
+    the next optimizer's, and the other terms none of the stepped one's, each backward can take
+    its own terms. Proven on the graph, so safe."""
+    previous = ctx.previous
+    receiver = src.call_receiver(failing, "backward")
+    if previous is None or receiver is None or source is None or step.filename != source.filename:
+        return None
+    _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
+    first_receiver = src.call_receiver(previous_stmt, "backward") if previous_stmt is not None else None
+    loss = src.canonical(receiver)
+    if first_receiver is None or src.canonical(first_receiver) != loss or not loss.isidentifier():
+        return None
+    made = src.last_assignment(scope, loss, previous_stmt.lineno)
+    if made is None or not isinstance(made.stmt, ast.Assign) or len(made.stmt.targets) != 1:
+        return None
+    parts = split_loss.terms(made.stmt.value)
+    stepped = step.optimizer()
+    following = recompute_forward.next_step_after(scope, failing.lineno)
+    after = ctx.lookup(following, source.filename) if following else None
+    if len(parts) < 2 or stepped is None or not isinstance(after, torch.optim.Optimizer):
+        return None
+    first_params, second_params = trained_by(stepped), trained_by(after)
+    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename), None)
+    if frame is None:
+        return None
+    values = {**frame.f_globals, **frame.f_locals}
+    first, second = [], []
+    for sign, term in parts:
+        reached = set()
+        for name in src.names_read(term):
+            value = values.get(name)
+            if isinstance(value, torch.Tensor):
+                reached |= parameters_under(value.grad_fn)
+        if reached & first_params and reached & second_params:
+            return None  # a term both optimizers train: splitting would change one's gradients
+        (first if reached & first_params else second).append((sign, term))
+    if not first or not second:
+        return None
+    optimizer = ctx.call_site(step.filename, step.row).code.rsplit(".step", 1)[0]
+    names = split_loss.part_name(loss, optimizer), split_loss.part_name(loss, following)
+    taken = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name)}
+    if names[0] == names[1] or taken & set(names):
+        return None
+    return split_loss.split_backward(source, made.stmt, loss, first, second, *names, first_receiver, receiver)
 
 
 def _recompute_reads_history(ctx, recompute: Fix) -> bool:
