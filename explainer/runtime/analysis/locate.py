@@ -197,6 +197,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
                  and (previous.filename, previous.row) == (ctx.call.filename, ctx.call.row))
     before_row = ctx.call.row if ctx.call else None
     for candidate in direct + stored:
+        candidate.binding = _callers_name(ctx, candidate.binding)
         candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
         _follow_container_alias(candidate)
         if candidate.located is not None and isinstance(candidate.located.store, ast.Call):
@@ -235,6 +236,22 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
             if other is not None:
                 candidate.via, candidate.kept = other.via, other.kept
     return ranked
+
+
+def _callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
+    """A parameter of a helper (`phiReal` in `GDPPLoss(phiFake, phiReal)`) is the caller's
+    variable, passed down (`GDPPLoss(phiDReal, phiGFake)`): the nearest caller's frame that binds
+    the same tensor to a name of its own gives the name the user made it under."""
+    if binding.steps:
+        return binding
+    code = ctx.frames[binding.frame_index].f_code
+    if binding.base not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
+        return binding
+    for index in range(binding.frame_index + 1, len(ctx.frames)):
+        for name, value in list(ctx.frames[index].f_locals.items()):
+            if value is binding.value:
+                return naming.Binding(index, name, (), value, None)
+    return binding
 
 
 # Method calls followed down from the user's call to the method that stores the state.
