@@ -26,7 +26,6 @@ TWINS = [s for s in EVERY if s.fixed is not None]
 NOT_YET: dict[str, str] = {
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
-    "real/composer_loss_tuple": "the shared trunk output lives only inside forward: unnamed, no fix",
     "real/dreamer_value_step_before_action": "recomputes the imagined values after the value step; the "
                                              "twin updates the action model first",
     "real/evolvegcn_weight_epochs": "a (true) graph-growth warning comes before the in-place error, and "

@@ -17,3 +17,21 @@ def sum_and_backward_once(source: Source, first: ast.stmt, second: ast.stmt) -> 
     a, b = source.segment(first_loss), source.segment(second_loss)
     return Fix(f"Back-propagate `{a} + {b}` once: one pass through the shared graph, and no "
                f"graph kept alive", (delete_lines(source, first), replace(source, second.value, f"({a} + {b}).backward()")))
+
+
+def sum_the_loop(source: Source, loop: ast.For, failing: ast.stmt) -> Fix | None:
+    """`for loss in losses: loss.backward(...)` over losses that share a graph ->
+    `sum(losses).backward(...)`: the same gradients, one pass through the shared graph."""
+    call = failing.value if isinstance(failing, ast.Expr) else None
+    if not (isinstance(loop, ast.For) and loop.body == [failing] and not loop.orelse
+            and isinstance(loop.target, ast.Name) and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute) and call.func.attr == "backward"
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == loop.target.id):
+        return None
+    if any(isinstance(k.value, ast.Name) and k.value.id == loop.target.id for k in call.keywords) \
+            or any(isinstance(n, ast.Name) and n.id == loop.target.id for a in call.args for n in ast.walk(a)):
+        return None
+    arguments = source.segment(call)[len(source.segment(call.func)):]
+    iterable = source.segment(loop.iter)
+    return Fix(f"Back-propagate `sum({iterable})` once instead of each loss in turn: the losses share a "
+               f"graph, which the first backward frees", (replace(source, loop, f"sum({iterable}).backward{arguments}"),))

@@ -15,7 +15,7 @@ from .context import Context
 from .grad_frees import explain_freed_by_grad
 from .locate import Candidate, Located, carriers
 from .made_once import explain_made_once, filled_before_the_loop, loop_past_the_fill
-from .shared import explain_shared, same_tensor_twice
+from .shared import explain_shared, same_tensor_twice, shared_by_a_loop
 from .stored import explain_stored
 from .unnamed import unnamed, unrecorded
 
@@ -47,7 +47,7 @@ def explain_second_backward(ctx: Context) -> Finding | None:
             return found
     candidates = carriers(ctx, current, targets, mark)
     if not candidates:
-        return unnamed(ctx, previous)
+        return shared_by_a_loop(ctx, previous, current, mark) or unnamed(ctx, previous)
     return _by_relation(ctx, candidates[0], previous, current, candidates[1:])
 
 

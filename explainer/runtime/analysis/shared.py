@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+import torch
+
 from ...fixes import (
     detach_for_first_consumer,
     graph_options,
@@ -15,10 +17,11 @@ from ...fixes import (
 from ...fixes.edits import node_start, overlapping
 from ...model import Finding, Fix
 from ...reading import source as src
+from .. import naming
 from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
-from .locate import Candidate
+from .locate import Candidate, Located, class_source
 from .trained import optimizer_parameters, parameters_under, trained_by
 
 # A few more tensors shared the same way (peers' outputs); each costs a walk of its graph.
@@ -156,4 +159,57 @@ def _step_after(ctx: Context, source, failing) -> tuple[str, object] | None:
         if optimizer is None or not hasattr(optimizer, "param_groups"):
             return None
         return name, optimizer
+    return None
+
+
+def shared_by_a_loop(ctx: Context, previous: BackwardCall, current, mark: int) -> Finding | None:
+    """`for loss in model.loss(outputs): loss.backward()`: the losses of one forward, each
+    back-propagated in turn, share the part of the graph before the heads, which the first
+    backward frees. That part was made inside the model's forward: named from its returns."""
+    source, scope, failing = ctx.failing_statement()
+    if failing is None or (previous.filename, previous.row) != (ctx.call.filename, ctx.call.row):
+        return None
+    loop = src.loops_around(failing)[0] if src.loops_around(failing) else None
+    fix = sum_losses.sum_the_loop(source, loop, failing) if loop is not None else None
+    if fix is None:
+        return None
+    named = _named_in_forward(ctx, current, mark)
+    if named is None:
+        return None
+    located, name = named
+    evidence = freed_graph(ctx, name, located, previous, "sum-losses", repeat="pass")
+    return finding("BX006", "run-shared", "second-backward", evidence,
+                   [culprit_at(name, located.source, located.location)], [fix])
+
+
+def _named_in_forward(ctx: Context, current, mark: int):
+    """(where, name) of what a module's outputs share, made in its forward: the head outputs
+    bound in the frames (`self.state.outputs[1]`) were made before the first backward by
+    `model(batch)`, and the forward's return reads one name in all of them (`features`)."""
+    for binding in ctx.bindings():
+        grad_fn = binding.value.grad_fn
+        if grad_fn is None or id(grad_fn) not in current.nodes or current.seq[id(grad_fn)] >= mark \
+                or not binding.steps or binding.steps[-1][0] != "item":
+            continue
+        container = naming.Binding(binding.frame_index, binding.base, binding.steps[:-1], None, None)
+        frame = ctx.frames[binding.frame_index]
+        source, scope = ctx.frame_source(frame)
+        made = src.assignments(scope, container.expression) if source is not None else []
+        call = made[-1].value if made else None
+        model = ctx.lookup(src.canonical(call.func), source.filename) if isinstance(call, ast.Call) else None
+        if not isinstance(model, torch.nn.Module):
+            continue
+        model_source, class_node = class_source(model)
+        forward = next((m for m in getattr(class_node, "body", []) if isinstance(m, ast.FunctionDef)
+                        and m.name == "forward"), None)
+        returns = [n.value for n in ast.walk(forward) if isinstance(n, ast.Return) and n.value is not None] \
+            if forward is not None else []
+        if len(returns) != 1 or not isinstance(returns[0], ast.Tuple):
+            continue
+        read = [src.names_read(element) - {"self"} for element in returns[0].elts]
+        common = set.intersection(*read) if read else set()
+        for name in sorted(common):
+            assignment = src.last_assignment(forward, name, returns[0].lineno + 1)
+            if assignment is not None:
+                return Located(model_source, forward, assignment.stmt, assignment.target, name, False), name
     return None
