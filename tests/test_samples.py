@@ -30,8 +30,6 @@ NOT_YET: dict[str, str] = {
                                              "twin updates the action model first",
     "real/evolvegcn_weight_epochs": "a (true) graph-growth warning comes before the in-place error, and "
                                     "its fix does not train what the upstream detach trains",
-    "real/frame_hash_text_embedder": "names the holder `self.feat_dict` (40), not `emb` (34) where the "
-                                     "embedding is made; no fix for a value inside a dict",
     "real/k2_mutual_information_grad_inplace": "a custom Function's own saved gradient changed in place: "
                                                "no culprit, no fix",
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is not taken for the "

@@ -59,7 +59,7 @@ def bindings(frames) -> list[Binding]:
     seen: set[int] = set()
     visited_objects: set[int] = set()
     by_frame: dict[int, list] = {}
-    for index, name, value in _variables(frames):
+    for index, name, value in variables(frames):
         if not _skippable(name, value):
             by_frame.setdefault(index, []).append((index, name, (), value, None, 0))
     for index in sorted(by_frame):
@@ -69,7 +69,7 @@ def bindings(frames) -> list[Binding]:
     return found
 
 
-def _variables(frames):
+def variables(frames):
     """(frame index, name, value) for each frame's locals, then its globals. Globals belong to
     the frame that runs the module's own code when it is on the stack: a helper's local `state`
     and the loop's global `state` are two variables, and each must be looked up in its own scope."""
@@ -118,7 +118,7 @@ def _collect(found, seen, visited, pending, frame_index, base, steps, value, own
                 break
             if isinstance(key, (str, int)):
                 queue(("item", key), item, owner)
-    elif _is_user_object(value):
+    elif is_user_object(value):
         for attr, item in list(vars(value).items()):
             if not attr.startswith("__"):
                 queue(("attr", attr), item, value)
@@ -135,7 +135,7 @@ def _module_members(module: torch.nn.Module):
     yield from module._modules.items()
 
 
-def _is_user_object(value) -> bool:
+def is_user_object(value) -> bool:
     module = type(value).__module__ or ""
     if not hasattr(value, "__dict__") or module.startswith(("torch", "builtins", "numpy")):
         return False
@@ -147,7 +147,7 @@ def module_bindings(frames) -> list[tuple[str, torch.nn.Module, int]]:
     """(expression, module, frame_index) for every nn.Module bound in the frames, directly or
     as a trainer's attribute or a list's item (`self.VAE`, `models[1]`, `self.models[1]`)."""
     modules, seen = [], set()
-    for index, name, value in _variables(frames):
+    for index, name, value in variables(frames):
         for expression, module in _modules_in(name, value, 0):
             if id(module) not in seen:
                 seen.add(id(module))
@@ -162,7 +162,7 @@ def _modules_in(expression: str, value, depth: int):
         for i, item in enumerate(value):
             if isinstance(item, torch.nn.Module):
                 yield f"{expression}[{i}]", item
-    elif depth < 1 and not _skippable(expression, value) and _is_user_object(value):
+    elif depth < 1 and not _skippable(expression, value) and is_user_object(value):
         for attr, item in list(vars(value).items()):
             if not attr.startswith("_"):
                 yield from _modules_in(f"{expression}.{attr}", item, depth + 1)

@@ -15,6 +15,7 @@ from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate, Located
+from .origin import named_where_made
 from .trained import every_optimizer_parameter, leaves_under
 
 
@@ -36,6 +37,10 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
     # Only a tensor reached as itself can be detached where it is made: not one found inside a
     # dict or list that the statement stores.
     whole = not any(kind == "item" for kind, _ in candidate.binding.steps)
+    if not whole:
+        made = _made_untrained_elsewhere(ctx, candidate, previous)
+        if made is not None:
+            return made
     untrained = _untrained_leaves(ctx, candidate) if whole else None
     model = None if untrained or not whole else _called_again_in(ctx, located, owner)
     fixes = []
@@ -83,6 +88,27 @@ def _partly_detached(ctx: Context, candidate: Candidate, previous: BackwardCall,
                        [culprit_at(name, source, here.location)],
                        [detach_every_read.detach_the_other_reads(source, name, plain, detached[0])])
     return None
+
+
+def _made_untrained_elsewhere(ctx: Context, candidate: Candidate, previous: BackwardCall) -> Finding | None:
+    """A value kept in a dict (`tf.feat_dict["embedding"]`), made once by a module no optimizer
+    trains (a text embedder run when the dataset is built): name it where the user's code first
+    named that module's output (`emb = self.text_embedder(texts)`) and make it data there."""
+    untrained = _untrained_leaves(ctx, candidate)
+    leaves = leaves_under(candidate.binding.value.grad_fn)
+    if not untrained or not leaves:
+        return None
+    found = named_where_made(ctx, leaves[0])
+    if found is None:
+        return None
+    located, parameter = found
+    name = located.target_text
+    if len(leaves) == 1:
+        untrained = f"`{parameter}`"
+    fix = constant_data.detach_data(located.source, located.store, name, untrained)
+    return finding("BX004", "run-before", "second-backward", freed_graph(ctx, name, located, previous, "grows",
+                                                                         owner="loop"),
+                   [culprit_at(name, located.source, located.location)], [fix])
 
 
 def loop_past_the_fill(located: Located | None, failing, source) -> ast.stmt | None:
