@@ -5,8 +5,6 @@ autograd off."""
 from __future__ import annotations
 
 import ast
-from collections import deque
-from dataclasses import dataclass, field
 
 import torch
 
@@ -14,29 +12,10 @@ from ...fixes import undo_cut
 from ...fixes.edits import node_start
 from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
-from ...reading.training import called_without_graph, helper_called, no_grad_block, no_grad_decorator
+from ...reading.training import called_without_graph, no_grad_block, no_grad_decorator
 from .context import Context
 from .evidence import culprit_at, finding
-from .locate import class_source
-
-# Expressions followed back from the loss: a training step is a few dozen assignments deep.
-_MAX_TRACED = 96
-
-
-@dataclass(frozen=True)
-class _Scope:
-    """A function (or module) the loss is followed through: its source, the runtime object its
-    `self` is when known, and its frame's values (only the failing frame's are known)."""
-
-    source: src.Source
-    node: ast.AST
-    owner: object | None = None
-    values: dict = field(default_factory=dict, compare=False, hash=False)
-
-    @property
-    def runs(self) -> bool:
-        """Whether this is the failing frame, whose values are known."""
-        return bool(self.values)
+from .made_from import Scope, made_from, runtime_value
 
 
 def explain_no_grad(ctx: Context) -> Finding | None:
@@ -53,8 +32,8 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     values = dict(frame.f_globals) if frame is not None else {}
     if frame is not None:
         values.update(frame.f_locals)
-    start = _Scope(source, scope, values.get("self"), values)
-    made = _made_from(start, src.canonical(receiver), ctx.call.row)
+    start = Scope(source, scope, values.get("self"), values)
+    made = made_from(start, src.canonical(receiver), ctx.call.row)
     trained = None
     for where, assignment in made:
         cut = _cut_in(assignment.stmt, where)
@@ -66,144 +45,9 @@ def explain_no_grad(ctx: Context) -> Finding | None:
         decorated = called_without_graph(value, where.node) if value is not None else None
         if decorated is not None:
             return _decorated(ctx, where.source, assignment, *decorated)
-        if trained is None and isinstance(value, ast.Call) and _trains(_runtime(where, value.func)):
+        if trained is None and isinstance(value, ast.Call) and _trains(runtime_value(where, value.func)):
             trained = (where, assignment)
     return _grad_off(ctx, *trained) if trained is not None else None
-
-
-def _made_from(start: _Scope, expression: str, before: int):
-    """(scope, assignment) for every assignment the value of `expression` (read on line `before`)
-    was made from, nearest first: through names, the items of a dict or list filled one by one,
-    and the returns of the user's functions and methods it called."""
-    pending = deque([(start, expression, before)])
-    seen = set()
-    while pending and len(seen) < _MAX_TRACED:
-        where, expression, before = pending.popleft()
-        key = (id(where.node), expression, before)
-        if key in seen:
-            continue
-        seen.add(key)
-        for assignment in _assignments_of(where, expression, before):
-            yield where, assignment
-            pending.extend(_inputs(where, assignment))
-
-
-def _assignments_of(where: _Scope, expression: str, before: int) -> list[src.Assignment]:
-    found = src.last_assignment(where.node, expression, before)
-    if found is None and expression.endswith("]"):
-        # `losses_q[-1]`: the item it is at run time, as its own assignments name it.
-        found = _item_assignment(where, expression, before)
-    if found is None:
-        return []
-    if isinstance(found.value, ast.Dict) and not found.value.keys \
-            or isinstance(found.value, ast.List) and not found.value.elts:
-        # `losses = {}`, then `losses["ingr"] = ...`: what the items were given.
-        return [a for a in src.item_assignments(where.node, expression) if a.stmt.lineno < before]
-    return [found]
-
-
-def _item_assignment(where: _Scope, expression: str, before: int) -> src.Assignment | None:
-    try:
-        node = ast.parse(expression, mode="eval").body
-    except SyntaxError:
-        return None
-    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Constant, ast.UnaryOp))):
-        return None
-    container = where.values.get(src.canonical(node.value))
-    try:
-        index = ast.literal_eval(node.slice)
-    except ValueError:
-        return None
-    if not isinstance(container, (list, tuple)) or not isinstance(index, int) or not -len(container) <= index < len(container):
-        return None
-    return src.last_assignment(where.node, f"{src.canonical(node.value)}[{index % len(container)}]", before)
-
-
-def _inputs(where: _Scope, assignment: src.Assignment):
-    """What the assigned value was made from: the returns of the user's function it is the
-    result of, else the names it reads."""
-    value = src.value_of(assignment.stmt)
-    if value is None:
-        return
-    if isinstance(value, ast.Call):
-        callee = _callee(where, value)
-        if callee is not None:
-            element = _element(assignment)
-            for returned in (n for n in ast.walk(callee.node) if isinstance(n, ast.Return) and n.value is not None):
-                if src.enclosing_function(returned) is not callee.node:
-                    continue
-                result = returned.value
-                if element is not None and isinstance(result, ast.Tuple) and element < len(result.elts):
-                    result = result.elts[element]
-                for name in sorted(src.names_read(result)):
-                    yield callee, name, returned.lineno + 1
-            return
-    for node in ast.walk(value):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
-                and isinstance(node.slice, (ast.Constant, ast.UnaryOp)):
-            yield where, src.canonical(node), assignment.stmt.lineno  # `losses_q[-1]`, `out["loss"]`
-    for name in sorted(src.names_read(value) - {"self"}):
-        known = where.values.get(name, None) if where.runs else None
-        if not where.runs or name not in where.values or _may_carry(known):
-            yield where, name, assignment.stmt.lineno
-
-
-def _may_carry(value) -> bool:
-    """A value the loss may have been made from: a tensor without a graph, or a container."""
-    if isinstance(value, torch.Tensor):
-        return not value.requires_grad
-    return isinstance(value, (list, tuple, dict))
-
-
-def _element(assignment: src.Assignment) -> int | None:
-    """1 for `ids, logits = ...` when the target is `logits`."""
-    stmt = assignment.stmt
-    targets = getattr(stmt, "targets", [getattr(stmt, "target", None)])
-    for target in targets:
-        if isinstance(target, ast.Tuple):
-            for i, element in enumerate(target.elts):
-                if element is assignment.target:
-                    return i
-    return None
-
-
-def _callee(where: _Scope, call: ast.Call) -> _Scope | None:
-    """The user's function or method that `call` runs: a function of the file, `self.f(...)`,
-    `obj.method(...)` or `model(...)` (its `forward`) on an object of the user's classes."""
-    helper = helper_called(call, where.node)
-    if helper is not None:
-        return _Scope(where.source, helper, where.owner if isinstance(call.func, ast.Attribute) else None)
-    func = call.func
-    obj, method = _runtime(where, func), "forward"
-    if not isinstance(obj, torch.nn.Module) and isinstance(func, ast.Attribute):
-        obj, method = _runtime(where, func.value), func.attr
-    if obj is None or isinstance(obj, (int, float, str, list, tuple, dict, torch.Tensor)):
-        return None
-    source, class_node = class_source(obj)
-    if class_node is None:
-        return None
-    function = next((m for m in class_node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and m.name == method), None)
-    return _Scope(source, function, obj) if function is not None else None
-
-
-def _runtime(where: _Scope, expression: ast.AST):
-    """The object `model` or `self.layer` is, when the scope's values or its `self` tell."""
-    steps = []
-    while isinstance(expression, ast.Attribute):
-        steps.append(expression.attr)
-        expression = expression.value
-    if not isinstance(expression, ast.Name):
-        return None
-    if expression.id == "self":
-        obj = where.owner
-    elif where.runs:
-        obj = where.values.get(expression.id)
-    else:
-        return None
-    for attribute in reversed(steps):
-        obj = getattr(obj, attribute, None)
-    return obj
 
 
 def _trains(obj) -> bool:
@@ -235,7 +79,7 @@ def _cut(ctx: Context, source, scope, assignment, cut) -> Finding:
     return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, assignment)], fixes)
 
 
-def _cut_block(ctx: Context, where: _Scope, assignment, block, made) -> Finding:
+def _cut_block(ctx: Context, where: Scope, assignment, block, made) -> Finding:
     """A `with torch.no_grad():` block made the loss: the culprit is the first of its statements
     the loss comes from; the fix runs those statements before the block, or leaves it."""
     chain = {id(assignment.stmt): assignment}
@@ -254,7 +98,7 @@ def _cut_block(ctx: Context, where: _Scope, assignment, block, made) -> Finding:
     return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, first)], [fix])
 
 
-def _grad_off(ctx: Context, where: _Scope, assignment) -> Finding | None:
+def _grad_off(ctx: Context, where: Scope, assignment) -> Finding | None:
     """The loss comes from a module whose parameters train, yet has no graph, and no cut lies on
     its way: a caller ran the training step with autograd off (an optimizer's `@torch.no_grad()`
     `step` calling the closure that computes the loss)."""
@@ -317,7 +161,7 @@ def _operand(call: ast.Call) -> ast.AST | None:
     return call.args[0] if call.args else None
 
 
-def _cut_in(stmt: ast.stmt, where: _Scope):
+def _cut_in(stmt: ast.stmt, where: Scope):
     """What cut the graph in this assignment: a `.detach()`-like call, an integer result
     (`torch.argmax(scores)`), `.data`, or an enclosing `with torch.no_grad()`. A call counts only
     where it cuts a tensor that has a graph: `y.long()` on labels cuts nothing. Where the values

@@ -1,0 +1,168 @@
+"""What a value was made from, followed back through names, the items of a dict or list filled
+one by one, and the returns of the user's functions and methods it called (with the runtime
+objects their `self` and the failing frame's names are), nearest first."""
+from __future__ import annotations
+
+import ast
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from ...reading import source as src
+from ...reading.training import helper_called
+from .locate import class_source
+
+# Expressions followed back from the loss: a training step is a few dozen assignments deep.
+_MAX_TRACED = 96
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A function (or module) the loss is followed through: its source, the runtime object its
+    `self` is when known, and its frame's values (only the failing frame's are known)."""
+
+    source: src.Source
+    node: ast.AST
+    owner: object | None = None
+    values: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def runs(self) -> bool:
+        """Whether this is the failing frame, whose values are known."""
+        return bool(self.values)
+
+
+def made_from(start: Scope, expression: str, before: int):
+    """(scope, assignment) for every assignment the value of `expression` (read on line `before`)
+    was made from, nearest first: through names, the items of a dict or list filled one by one,
+    and the returns of the user's functions and methods it called."""
+    pending = deque([(start, expression, before)])
+    seen = set()
+    while pending and len(seen) < _MAX_TRACED:
+        where, expression, before = pending.popleft()
+        key = (id(where.node), expression, before)
+        if key in seen:
+            continue
+        seen.add(key)
+        for assignment in _assignments_of(where, expression, before):
+            yield where, assignment
+            pending.extend(_inputs(where, assignment))
+
+
+def _assignments_of(where: Scope, expression: str, before: int) -> list[src.Assignment]:
+    found = src.last_assignment(where.node, expression, before)
+    if found is None and expression.endswith("]"):
+        # `losses_q[-1]`: the item it is at run time, as its own assignments name it.
+        found = _item_assignment(where, expression, before)
+    if found is None:
+        return []
+    if isinstance(found.value, ast.Dict) and not found.value.keys \
+            or isinstance(found.value, ast.List) and not found.value.elts:
+        # `losses = {}`, then `losses["ingr"] = ...`: what the items were given.
+        return [a for a in src.item_assignments(where.node, expression) if a.stmt.lineno < before]
+    return [found]
+
+
+def _item_assignment(where: Scope, expression: str, before: int) -> src.Assignment | None:
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, (ast.Constant, ast.UnaryOp))):
+        return None
+    container = where.values.get(src.canonical(node.value))
+    try:
+        index = ast.literal_eval(node.slice)
+    except ValueError:
+        return None
+    if not isinstance(container, (list, tuple)) or not isinstance(index, int) or not -len(container) <= index < len(container):
+        return None
+    return src.last_assignment(where.node, f"{src.canonical(node.value)}[{index % len(container)}]", before)
+
+
+def _inputs(where: Scope, assignment: src.Assignment):
+    """What the assigned value was made from: the returns of the user's function it is the
+    result of, else the names it reads."""
+    value = src.value_of(assignment.stmt)
+    if value is None:
+        return
+    if isinstance(value, ast.Call):
+        callee = _callee(where, value)
+        if callee is not None:
+            element = _element(assignment)
+            for returned in (n for n in ast.walk(callee.node) if isinstance(n, ast.Return) and n.value is not None):
+                if src.enclosing_function(returned) is not callee.node:
+                    continue
+                result = returned.value
+                if element is not None and isinstance(result, ast.Tuple) and element < len(result.elts):
+                    result = result.elts[element]
+                for name in sorted(src.names_read(result)):
+                    yield callee, name, returned.lineno + 1
+            return
+    for node in ast.walk(value):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
+                and isinstance(node.slice, (ast.Constant, ast.UnaryOp)):
+            yield where, src.canonical(node), assignment.stmt.lineno  # `losses_q[-1]`, `out["loss"]`
+    for name in sorted(src.names_read(value) - {"self"}):
+        known = where.values.get(name, None) if where.runs else None
+        if not where.runs or name not in where.values or _may_carry(known):
+            yield where, name, assignment.stmt.lineno
+
+
+def _may_carry(value) -> bool:
+    """A value the loss may have been made from: a tensor without a graph, or a container."""
+    if isinstance(value, torch.Tensor):
+        return not value.requires_grad
+    return isinstance(value, (list, tuple, dict))
+
+
+def _element(assignment: src.Assignment) -> int | None:
+    """1 for `ids, logits = ...` when the target is `logits`."""
+    stmt = assignment.stmt
+    targets = getattr(stmt, "targets", [getattr(stmt, "target", None)])
+    for target in targets:
+        if isinstance(target, ast.Tuple):
+            for i, element in enumerate(target.elts):
+                if element is assignment.target:
+                    return i
+    return None
+
+
+def _callee(where: Scope, call: ast.Call) -> Scope | None:
+    """The user's function or method that `call` runs: a function of the file, `self.f(...)`,
+    `obj.method(...)` or `model(...)` (its `forward`) on an object of the user's classes."""
+    helper = helper_called(call, where.node)
+    if helper is not None:
+        return Scope(where.source, helper, where.owner if isinstance(call.func, ast.Attribute) else None)
+    func = call.func
+    obj, method = runtime_value(where, func), "forward"
+    if not isinstance(obj, torch.nn.Module) and isinstance(func, ast.Attribute):
+        obj, method = runtime_value(where, func.value), func.attr
+    if obj is None or isinstance(obj, (int, float, str, list, tuple, dict, torch.Tensor)):
+        return None
+    source, class_node = class_source(obj)
+    if class_node is None:
+        return None
+    function = next((m for m in class_node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and m.name == method), None)
+    return Scope(source, function, obj) if function is not None else None
+
+
+def runtime_value(where: Scope, expression: ast.AST):
+    """The object `model` or `self.layer` is, when the scope's values or its `self` tell."""
+    steps = []
+    while isinstance(expression, ast.Attribute):
+        steps.append(expression.attr)
+        expression = expression.value
+    if not isinstance(expression, ast.Name):
+        return None
+    if expression.id == "self":
+        obj = where.owner
+    elif where.runs:
+        obj = where.values.get(expression.id)
+    else:
+        return None
+    for attribute in reversed(steps):
+        obj = getattr(obj, attribute, None)
+    return obj
