@@ -40,8 +40,6 @@ NOT_YET: dict[str, str] = {
                                  "model; the twin runs both backward calls before either step",
     "real/tianshou_sac_batched_critic": "the recompute misses the first critic's Q values, so it is "
                                         "offered unsafe; the upstream fix is one forward per loss",
-    "real/toshikwa_sac_policy_loss_first": "the graph is placed at line 17 inside the network, not at "
-                                           "the policy loss (120); no fix",
 }
 # Causes whose carrier holds history of an earlier step: carried state, running totals, a
 # discarded detach, stored history, a graph retained across iterations.

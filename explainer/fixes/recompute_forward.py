@@ -100,6 +100,30 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
     return Fix(why, (insert_lines_before(source, insertion, lines),))
 
 
+def move_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, after_row: int,
+                    failing_stmt: ast.stmt, why: str) -> Fix | None:
+    """Move `carrier_stmt` down to just before the first statement after `after_row` that reads
+    what it assigns, when nothing in between reads that or changes what it reads: the same
+    computation, run once, on the weights the step produced (a copy would draw its random
+    numbers twice and train on other samples)."""
+    if not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
+        return None
+    statements = _simple_statements(scope)
+    made = {canonical(t) for t in targets_of(carrier_stmt)}
+    insertion = next((s for s in statements if after_row < s.lineno <= failing_stmt.lineno and _reads_any(s, made)),
+                     None)
+    if insertion is None or parent(insertion) is not parent(carrier_stmt):
+        return None
+    read = names_read(carrier_stmt.value)
+    for stmt in statements:
+        if carrier_stmt.lineno < stmt.lineno < insertion.lineno:
+            written = {canonical(t) for t in targets_of(stmt)}
+            if _reads_any(stmt, made) or written & (read | made):
+                return None
+    return Fix(why, (delete_lines(source, carrier_stmt),
+                     insert_lines_before(source, insertion, statement_text(source, carrier_stmt))))
+
+
 def _method_call(stmt: ast.stmt, method: str) -> str | None:
     """`opt` for the statement `opt.<method>()`."""
     call = getattr(stmt, "value", None) if isinstance(stmt, ast.Expr) else None

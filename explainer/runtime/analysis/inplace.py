@@ -19,7 +19,8 @@ from ..records import StepCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
-from .locate import Candidate, Located, class_source, locate, name_of, reaching
+from .locate import Candidate, Located, callers_name, class_source, locate, name_of, reaching
+from .made_from import Scope, made_from, runtime_value
 from .trained import optimizer_parameters, parameters_under, trained_by
 
 
@@ -50,11 +51,31 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     built_before.sort(key=lambda b: full.seq.get(id(b.value.grad_fn), 0))
     carrier = Candidate(built_before[0], "direct") if built_before else None
     if carrier is not None:
-        carrier.located = locate(ctx, carrier.binding, ctx.call.row if ctx.call else None)
+        carrier.binding = callers_name(ctx, carrier.binding)
+        frame = ctx.frames[carrier.binding.frame_index]
+        row = frame.f_lineno if carrier.binding.frame_index else ctx.call.row if ctx.call else None
+        carrier.located = locate(ctx, carrier.binding, row)
         carrier.name = name_of(carrier)
     step_site = ctx.call_site(step.filename, step.row) if step else None
     name = parameter_name or (detail and f"a {list(detail.shape)} tensor") or "a saved tensor"
     fixes: list[Fix | None] = []
+    helper = _through_a_helper(ctx, carrier, step, parameter)
+    if helper is not None:
+        # The loss was built by the caller of the helper that steps and back-propagates
+        # (`update_params(opt, net, loss)`): move it after the call that stepped.
+        stepped_row, failing_here, built = helper
+        located = carrier.located
+        fixes.append(recompute_forward.move_before_use(
+            located.source, located.scope, located.store, stepped_row, failing_here,
+            f"Compute `{carrier.name}` after line {stepped_row}, which steps the optimizer: this backward then "
+            f"goes through a graph built with the updated weights"))
+        culprits = ([culprit_at(name, built[0].source, built[0].location)] if built is not None else []) \
+            + [culprit(ctx, carrier)]
+        evidence = Evidence(name, made_at(ctx, built[0] if built is not None else located), ctx.backward_site(),
+                            steps=(step_site,), advice="after-step",
+                            facts=(("built", built[0].target_text if built is not None else carrier.name), ("manual", False),
+                                   *version_facts(detail)))
+        return finding("BX007", "run-step", "inplace-modified", evidence, culprits, fixes, "certain")
     if carrier is not None and carrier.located is not None and step is not None and failing is not None:
         located = carrier.located
         recompute = recompute_forward.recompute_before_use(
@@ -94,6 +115,54 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         code, variant = "BX007", "run-step" if located is not None else "run-step-site"
     return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
                    "certain" if parameter_name and step_site else "likely")
+
+
+def _through_a_helper(ctx, carrier: Candidate | None, step: StepCall | None, parameter):
+    """(the row in the carrier's function of the call that stepped, the failing call's statement
+    there, (where the graph read `parameter`, name)) when the carrier was built in a caller of the
+    helper that ran the step and runs this backward; else None."""
+    if carrier is None or carrier.located is None or step is None or step.optimizer() is None \
+            or not carrier.binding.frame_index:
+        return None
+    located, frame = carrier.located, ctx.frames[carrier.binding.frame_index]
+    scope = located.scope
+    if located.source.filename != frame.f_code.co_filename or not hasattr(scope, "lineno") \
+            or scope.lineno <= step.row <= scope.end_lineno and step.filename == located.source.filename:
+        return None
+    failing_here = src.innermost_statement(scope, frame.f_lineno)
+    values = {**frame.f_globals, **frame.f_locals}
+    optimizer = step.optimizer()
+    stepped = [stmt for stmt in src.own_nodes(scope) if isinstance(stmt, ast.stmt)
+               and located.store.lineno < stmt.lineno < frame.f_lineno
+               and any(isinstance(call, ast.Call) and any(_value_of(a, values) is optimizer for a in call.args)
+                       for call in ast.walk(stmt))]
+    if failing_here is None or not stepped:
+        return None
+    start = Scope(located.source, scope, values.get("self"), values)
+    built = None
+    for where, assignment in made_from(start, src.canonical(located.target_text), frame.f_lineno,
+                                       follow=lambda value: True):
+        call = src.value_of(assignment.stmt)
+        model = runtime_value(where, call.func) if isinstance(call, ast.Call) else None
+        if isinstance(model, torch.nn.Module) and any(p is parameter for p in model.parameters()):
+            built = (Located(where.source, where.node, assignment.stmt, assignment.target,
+                             where.source.segment(assignment.target), False), assignment)
+            break
+    return stepped[-1].lineno, failing_here, built
+
+
+def _value_of(expression: ast.AST, values: dict):
+    """The object `self.q2_optim` is, read from a frame's values; None when unknown."""
+    parts = src.canonical(expression).split(".")
+    if not all(part.isidentifier() for part in parts) or parts[0] not in values:
+        return None
+    value = values[parts[0]]
+    for part in parts[1:]:
+        try:
+            value = getattr(value, part)
+        except Exception:  # a user's property may raise anything
+            return None
+    return value
 
 
 def _split_loss(ctx, source, scope, step: StepCall, failing) -> Fix | None:

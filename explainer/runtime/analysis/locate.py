@@ -197,7 +197,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
                  and (previous.filename, previous.row) == (ctx.call.filename, ctx.call.row))
     before_row = ctx.call.row if ctx.call else None
     for candidate in direct + stored:
-        candidate.binding = _callers_name(ctx, candidate.binding)
+        candidate.binding = callers_name(ctx, candidate.binding)
         candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
         _follow_container_alias(candidate)
         if candidate.located is not None and isinstance(candidate.located.store, ast.Call):
@@ -238,7 +238,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
     return ranked
 
 
-def _callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
+def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
     """A parameter of a helper (`phiReal` in `GDPPLoss(phiFake, phiReal)`) is the caller's
     variable, passed down (`GDPPLoss(phiDReal, phiGFake)`): the nearest caller's frame that binds
     the same tensor to a name of its own gives the name the user made it under."""

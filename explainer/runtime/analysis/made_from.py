@@ -33,10 +33,12 @@ class Scope:
         return bool(self.values)
 
 
-def made_from(start: Scope, expression: str, before: int):
+def made_from(start: Scope, expression: str, before: int, follow=None):
     """(scope, assignment) for every assignment the value of `expression` (read on line `before`)
     was made from, nearest first: through names, the items of a dict or list filled one by one,
-    and the returns of the user's functions and methods it called."""
+    and the returns of the user's functions and methods it called. In the failing frame, a name
+    is followed when `follow(value)` says so (by default: a tensor without a graph, or a
+    container, as a loss without history comes from)."""
     pending = deque([(start, expression, before)])
     seen = set()
     while pending and len(seen) < _MAX_TRACED:
@@ -47,7 +49,7 @@ def made_from(start: Scope, expression: str, before: int):
         seen.add(key)
         for assignment in _assignments_of(where, expression, before):
             yield where, assignment
-            pending.extend(_inputs(where, assignment))
+            pending.extend(_inputs(where, assignment, follow or _may_carry))
 
 
 def _assignments_of(where: Scope, expression: str, before: int) -> list[src.Assignment]:
@@ -81,7 +83,7 @@ def _item_assignment(where: Scope, expression: str, before: int) -> src.Assignme
     return src.last_assignment(where.node, f"{src.canonical(node.value)}[{index % len(container)}]", before)
 
 
-def _inputs(where: Scope, assignment: src.Assignment):
+def _inputs(where: Scope, assignment: src.Assignment, follow):
     """What the assigned value was made from: the returns of the user's function it is the
     result of, else the names it reads."""
     value = src.value_of(assignment.stmt)
@@ -106,7 +108,7 @@ def _inputs(where: Scope, assignment: src.Assignment):
             yield where, src.canonical(node), assignment.stmt.lineno  # `losses_q[-1]`, `out["loss"]`
     for name in sorted(src.names_read(value) - {"self"}):
         known = where.values.get(name, None) if where.runs else None
-        if not where.runs or name not in where.values or _may_carry(known):
+        if not where.runs or name not in where.values or follow(known):
             yield where, name, assignment.stmt.lineno
 
 
