@@ -18,7 +18,7 @@ from ..reading.source import (
     reads,
     value_of,
 )
-from .edits import insert_lines_before, replace
+from .edits import insert_lines_after, insert_lines_before, replace
 
 
 def detached(expression: str, is_tuple: bool) -> str:
@@ -53,6 +53,16 @@ def keep_detached(source: Source, carrier: str, stmt: ast.stmt, is_tuple: bool) 
         text = f"({text})"
     return Fix(f"Keep `{source.segment(value)}` for the next step without its graph, which this "
                f"step's backward frees", (replace(source, value, detached(text, is_tuple)),))
+
+
+def detach_after_backward(source: Source, carrier: str, backward: ast.stmt, is_tuple: bool) -> Fix:
+    """`model.recurrent.weight = model.recurrent.weight.detach()` after the backward: a state a
+    module updates many times within a pass (an evolving GCN weight, once per snapshot) keeps
+    this pass's history for this backward, and the next pass starts from its value alone."""
+    line = f"{carrier} = {detached(carrier, is_tuple)}"
+    return Fix(f"Detach `{carrier}` after this backward: the next pass starts from its value, without "
+               f"the history this backward has just gone through",
+               (insert_lines_after(source, backward, [line]),))
 
 
 def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool,
@@ -182,8 +192,9 @@ def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is
         is_tuple = is_tuple or tuple_state
     fixes: list[Fix | None] = []
     if isinstance(value, ast.Call) and _is_self_call(value):
-        fixes.append(detach_if_set(source, name, stmt, is_tuple) if may_be_none
-                     else detach_where_read(source, name, assignment, is_tuple))
+        fix = detach_if_set(source, name, stmt, is_tuple) if may_be_none \
+            else detach_where_read(source, name, assignment, is_tuple)
+        fixes.append(Fix(fix.message, fix.edits, "unsafe") if fix is not None and used_now else fix)
     else:
         cutting = []
         if isinstance(value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):

@@ -14,6 +14,7 @@ _MAX = 32
 _lock = threading.Lock()
 _by_error: OrderedDict[int, Finding] = OrderedDict()
 _warnings: list[Finding] = []
+_warned_at: dict[int, Finding] = {}  # backward call tick -> the warning given before it ran
 _last: list[Finding] = []
 
 
@@ -25,11 +26,27 @@ def record_error(error: BaseException, finding: Finding) -> None:
         _last[:] = [finding]
 
 
-def record_warning(finding: Finding) -> None:
+def record_warning(finding: Finding, tick: int | None = None) -> None:
     with _lock:
         if len(_warnings) < _MAX:
             _warnings.append(finding)
+            if tick is not None:
+                _warned_at[tick] = finding
         _last[:] = [finding]
+
+
+def warned_at(tick: int) -> Finding | None:
+    """The warning given for the backward call `tick` before it ran, if any."""
+    with _lock:
+        return _warned_at.get(tick)
+
+
+def retract_warning(finding: Finding) -> None:
+    """Drop a warning that an error's finding now says in full: one bug, one finding."""
+    with _lock:
+        _warnings[:] = [w for w in _warnings if w is not finding]
+        for tick in [t for t, w in _warned_at.items() if w is finding]:
+            del _warned_at[tick]
 
 
 def finding_for(error: BaseException | None) -> Finding | None:
@@ -59,4 +76,5 @@ def clear() -> None:
     with _lock:
         _by_error.clear()
         _warnings.clear()
+        _warned_at.clear()
         _last.clear()

@@ -16,7 +16,7 @@ from ..errors import inplace_detail, kind_of
 from ..records import BackwardCall
 from .context import Context
 from .growth import explain_graph_growth
-from .inplace import explain_inplace
+from .inplace import explain_inplace, retained_before_step
 from .no_grad import explain_no_grad
 from .second_backward import explain_second_backward
 
@@ -28,6 +28,12 @@ def explain_error(error, call: BackwardCall, roots, caller, calls, steps) -> Fin
     try:
         frames = records.user_frames(caller)
         finding = explain(error, call, roots, frames, calls, steps)
+        warned = journal.warned_at(call.tick) if call is not None and finding is not None else None
+        if warned is not None and finding.kind == "inplace-modified":
+            # The graph kept with retain_graph=True (the warning) is the graph built before the
+            # step: one bug, told once, by the error, with the carried state's fix.
+            finding = retained_before_step(finding, warned)
+            journal.retract_warning(warned)
         if finding is not None:
             journal.record_error(error, finding)
         return finding
@@ -43,7 +49,7 @@ def explain_retained(call: BackwardCall, roots, caller, calls, steps) -> Finding
         frames = records.user_frames(caller)
         finding = explain_growth(call, roots, frames, calls, steps)
         if finding is not None:
-            journal.record_warning(finding)
+            journal.record_warning(finding, call.tick)
         return finding
     finally:
         frames.clear()

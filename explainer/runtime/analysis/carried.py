@@ -57,8 +57,10 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
         fixes = detach_carried.fixes_for_module_state(source, located.assignment, name, is_tuple, located.class_node,
                                                       candidate.used_now)
         if candidate.used_now:
-            # Updated within the pass: cutting it would cut this pass too; start each pass afresh.
-            fixes.insert(0, _reset_each_pass(ctx, candidate, failing))
+            # Updated within the pass: cutting it would cut this pass too. Start each pass
+            # afresh with the class's own reset, else from its value, cut after the backward.
+            fixes[:0] = [_reset_each_pass(ctx, candidate, failing), _detach_after_backward(ctx, candidate, failing,
+                                                                                           is_tuple)]
         return fixes
     reset = _reset_before_freeing(ctx, located, name, failing)
     if reset is not None:
@@ -133,3 +135,15 @@ def _reset_each_pass(ctx: Context, candidate: Candidate, failing) -> Fix | None:
     method, stmt = found
     return reset_state.reset_each_pass(source, before, root, located.class_node.name, method.name,
                                        reset_state.same_as_initial(located.class_node, attribute, stmt))
+
+
+def _detach_after_backward(ctx: Context, candidate: Candidate, failing, is_tuple: bool) -> Fix | None:
+    """The state as the backward's own frame reaches it (`model.recurrent.weight`), detached
+    right after the backward."""
+    source, scope, _ = ctx.failing_statement()
+    binding = candidate.binding
+    frame = ctx.frames[binding.frame_index]
+    if failing is None or source is None or frame.f_code.co_filename != source.filename \
+            or ctx.frame_source(frame)[1] is not scope or any(kind != "attr" for kind, _ in binding.steps):
+        return None
+    return detach_carried.detach_after_backward(source, binding.expression, failing, is_tuple)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import math
 import textwrap
+from dataclasses import replace
 
 import torch
 
@@ -115,6 +116,20 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         code, variant = "BX007", "run-step" if located is not None else "run-step-site"
     return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
                    "certain" if parameter_name and step_site else "likely")
+
+
+def retained_before_step(found: Finding, warned: Finding) -> Finding:
+    """An in-place error at a backward that was first warned of a graph kept across iterations
+    (`self.weight` carried, retain_graph=True): the step changed weights that the kept graph
+    saved. The carried state is where the graph was built, and its fix is the fix."""
+    if not warned.culprits or found.code != "BX007":
+        return found
+    carrier = warned.culprits[0]
+    name = found.culprits[0].name if found.culprits else found.evidence.carrier
+    culprits = (replace(carrier, name=name, role=""), replace(carrier, role=""))
+    evidence = replace(found.evidence, made_at=warned.evidence.made_at,
+                       facts=tuple((k, carrier.name if k == "built" else v) for k, v in found.evidence.facts))
+    return finding(found.code, "run-step", found.kind, evidence, culprits, warned.fixes, found.confidence)
 
 
 def _through_a_helper(ctx, carrier: Candidate | None, step: StepCall | None, parameter):
