@@ -28,8 +28,6 @@ NOT_YET: dict[str, str] = {
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/dreamer_value_step_before_action": "recomputes the imagined values after the value step; the "
                                              "twin updates the action model first",
-    "real/k2_mutual_information_grad_inplace": "a custom Function's own saved gradient changed in place: "
-                                               "no culprit, no fix",
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is not taken for the "
                                             "modifier: no parameter named, no fix",
     "real/ode_load_state_dict": "the modifier is load_state_dict in the loop, not a step; no fix",

@@ -20,7 +20,7 @@ from ..records import StepCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
-from .locate import Candidate, Located, callers_name, class_source, locate, name_of, reaching
+from .locate import Candidate, Located, callers_name, class_source, locate, name_of, reaching, source_of_class
 from .made_from import Scope, made_from, runtime_value
 from .trained import optimizer_parameters, parameters_under, trained_by
 
@@ -37,6 +37,11 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     steps = [s for s in ctx.steps if s.mark > failing_seq and (ctx.call is None or s.tick < ctx.call.tick)]
     step = _step_for(steps, parameter)
     source, scope, failing = ctx.failing_statement()
+    if saved_name == "saved_tensors":
+        # A custom Function saved it with `ctx.save_for_backward`: its own backward may write into it.
+        changed = _changed_by_its_backward(ctx, full.nodes[failing_key], detail)
+        if changed is not None:
+            return changed
     if step is None and parameter is None:
         changed = _changed_by_user(ctx, source, scope, failing, failing_key, detail) \
             or explain_inplace_in_module(ctx, full, failing_key, detail)
@@ -295,7 +300,7 @@ def _failing_saved(walk: graph.Walk) -> tuple[int | None, str | None]:
     order = sorted((k for k, s in walk.seq.items() if s != graph.LEAF_SEQ), key=lambda k: -walk.seq[k])
     for key in order:
         node = walk.nodes[key]
-        for attribute in _saved_attributes(node):
+        for attribute in _saved_attributes(node) + (("saved_tensors",) if hasattr(node, "_forward_cls") else ()):
             try:
                 getattr(node, attribute)
             except RuntimeError as error:
@@ -419,6 +424,40 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
         return finding("BX011", variant, "inplace-modified", evidence, culprits, fixes,
                        "certain" if detail is not None else "likely")
     return None
+
+
+def _changed_by_its_backward(ctx, node, detail: InplaceDetail | None) -> Finding | None:
+    """`(px_grad, py_grad) = ctx.saved_tensors`, then `px_grad *= ans_grad` in a custom
+    Function's backward: the first backward changed what it saved, and a second one through the
+    same graph (retain_graph=True) finds it changed. Scaling out of place keeps what was saved."""
+    source, class_node = source_of_class(node._forward_cls)
+    if class_node is None:
+        return None
+    methods = {m.name: m for m in class_node.body if isinstance(m, ast.FunctionDef)}
+    backward, forward = methods.get("backward"), methods.get("forward")
+    if backward is None or forward is None:
+        return None
+    saved = [src.canonical(t) for stmt in src.own_nodes(backward) if isinstance(stmt, ast.Assign)
+             and src.canonical(stmt.value).endswith(".saved_tensors") for t in src.targets_of(stmt)]
+    changes = [(stmt, name) for stmt in src.own_nodes(backward) if isinstance(stmt, ast.stmt)
+               for name in saved if _writes_into(stmt, name)]
+    save = next((call for call in ast.walk(forward) if isinstance(call, ast.Call)
+                 and isinstance(call.func, ast.Attribute) and call.func.attr == "save_for_backward"), None)
+    if not changes or save is None:
+        return None
+    first, name = changes[0]
+    read = next((a for a in save.args if src.canonical(a) == name), save)
+    code = source.segment(first)
+    evidence = Evidence(name, CallSite(source.filename, first.lineno, code), ctx.backward_site(),
+                        advice="not-the-cause", facts=(("change", code), ("read", save.lineno),
+                                                       *version_facts(detail)))
+    fixes = [out_of_place.out_of_place(source, stmt, changed) for stmt, changed in changes]
+    fix = Fix(f"Scale {', '.join(f'`{n}`' for _, n in changes)} out of place in `{class_node.name}.backward`: "
+              f"what `save_for_backward` saved stays as it was, for every backward through this graph",
+              tuple(edit for f in fixes if f is not None for edit in f.edits)) if all(fixes) else None
+    return finding("BX011", "run-user-read", "inplace-modified", evidence,
+                   [culprit_at(name, source, node_start(source, read)), culprit_at(name, source, node_start(source, first))],
+                   [fix], "certain" if detail is not None else "likely")
 
 
 def _change_in_class(binding) -> tuple:

@@ -483,11 +483,16 @@ def shares_history(grad_fn, other: graph.Walk) -> bool:
 
 def class_source(owner) -> tuple[src.Source | None, ast.ClassDef | None]:
     """The source file and class definition of a user object's class."""
-    code = _method_code(type(owner))
+    return source_of_class(type(owner))
+
+
+def source_of_class(cls: type) -> tuple[src.Source | None, ast.ClassDef | None]:
+    """The source file and definition of a user's class (a custom autograd Function's too)."""
+    code = _method_code(cls)
     source = src.load(code.co_filename) if code is not None else None
     if source is None:
         return None, None
-    return source, src.class_named(source, type(owner).__name__, code.co_firstlineno)
+    return source, src.class_named(source, cls.__name__, code.co_firstlineno)
 
 
 def _method_code(cls):
@@ -495,7 +500,7 @@ def _method_code(cls):
         if klass.__module__.startswith("torch"):
             break
         for value in vars(klass).values():
-            code = getattr(value, "__code__", None)
+            code = getattr(getattr(value, "__func__", value), "__code__", None)  # staticmethods too
             if code is not None:
                 return code
     return None
