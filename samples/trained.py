@@ -151,6 +151,13 @@ def same_first_step(a: dict, b: dict) -> list[str]:
             if (x is None) != (y is None) or (x is not None and not torch.equal(x, y))]
 
 
+def changes_first_step(buggy: dict, fixed: dict) -> bool:
+    """Whether `fixed` left other gradients than `buggy` after their first backward, both having
+    finished one (a script that fails in its first backward shows nothing to compare)."""
+    return buggy.get("first_step") is not None and fixed.get("first_step") is not None \
+        and bool(same_first_step(buggy, fixed))
+
+
 def trains_like(candidate: Path, twins: Sequence[Path], workdir: Path, device: str | None = None) -> list[str]:
     """Empty when `candidate` trains what one of `twins` trains; otherwise why it does not, told
     against the first twin."""

@@ -78,9 +78,9 @@ def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
     if not row["fix0_safe"] and sample.fixed is not None:
         # A fix that changes this step's gradients is unsafe by definition; when the expert's own
         # fix changes them too, the right fix cannot be safe.
-        row["twin_changes_first_step"] = bool(trained.same_first_step(
+        row["twin_changes_first_step"] = trained.changes_first_step(
             trained.trained_by(sample.path, workdir / f"{sample.path.stem}.buggy.pt", device),
-            trained.trained_by(sample.fixed, workdir / f"{sample.path.stem}.twin.pt", device)))
+            trained.trained_by(sample.fixed, workdir / f"{sample.path.stem}.twin.pt", device))
     expected = (sample.kind, sample.culprit_on(device), sample.culprit_row)
     row["ok"] = (row["kind"], row["culprit"], row["line"]) == expected \
         and (row["fix0_safe"] or row.get("twin_changes_first_step", False)) and trains_same and twin_ok is not False

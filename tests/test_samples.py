@@ -96,13 +96,14 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
     if fix["applicability"] == "safe" and finding["code"] not in HISTORY_OF_EARLIER_STEPS:
         return
     buggy = trained.trained_by(sample.path, tmp_path / "buggy.pt")
-    twin_keeps_first_step = not trained.same_first_step(buggy, trained.trained_by(sample.fixed, tmp_path / "twin.pt"))
+    twin_keeps_first_step = not trained.changes_first_step(buggy, trained.trained_by(sample.fixed, tmp_path / "twin.pt"))
     # A safe fix leaves this step's gradients alone. When the expert's own fix changes them (a
     # cache read again within the step that fills it, detached as upstream did; a moving
     # average updated from detached features), the right fix cannot be safe: it must say so.
     assert fix["applicability"] == "safe" or not twin_keeps_first_step
     if finding["code"] in HISTORY_OF_EARLIER_STEPS and twin_keeps_first_step:
         # The bug only bites from the second step on: a right fix leaves the first one alone.
+        assert buggy["first_step"] is not None
         assert trained.same_first_step(buggy, fixed) == []
 
 
