@@ -34,8 +34,6 @@ NOT_YET: dict[str, str] = {
     "real/onmt_class_loss_in_shards": "names `state['output']`, not `memory_bank`; no fix",
     "real/resample_retain_step": "recomputing after the step gives the weights' update the stepped "
                                  "model; the twin runs both backward calls before either step",
-    "real/tianshou_sac_batched_critic": "the recompute misses the first critic's Q values, so it is "
-                                        "offered unsafe; the upstream fix is one forward per loss",
 }
 # Causes whose carrier holds history of an earlier step: carried state, running totals, a
 # discarded detach, stored history, a graph retained across iterations.

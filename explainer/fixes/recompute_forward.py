@@ -70,19 +70,24 @@ def _needed(chain: list[ast.stmt], carrier_stmt: ast.stmt, needed: set[str]) -> 
 
 def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, after_row: int,
                          failing_stmt: ast.stmt, why: str,
-                         upstream: Callable[[ast.stmt], bool] | None = None) -> Fix | None:
+                         upstream: Callable[[ast.stmt], bool] | None = None,
+                         also: list[ast.stmt] = ()) -> Fix | None:
     """Re-run `carrier_stmt` (and what was derived from it before `after_row`) just before the
     first statement after `after_row` that uses it. `upstream` says which of the statements it
     was computed from, in the same block, made tensors with history: the first backward freed
-    their graphs too (`advantage = returns - value` needs `value = critic(s)` again)."""
+    their graphs too (`advantage = returns - value` needs `value = critic(s)` again). `also`:
+    more statements to recompute with it (the other critic's forward, stepped too)."""
     if not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
         return None
     statements = _simple_statements(scope)
     chain = _derived_chain(statements, carrier_stmt, after_row)
+    for extra in also:
+        chain += [s for s in _derived_chain(statements, extra, after_row) if s not in chain]
     if upstream is not None:
-        earlier = [a.stmt for a in ancestors(carrier_stmt.value, scope, carrier_stmt.lineno)
+        earlier = [a.stmt for made in [carrier_stmt, *also] for a in ancestors(made.value, scope, made.lineno)
                    if parent(a.stmt) is parent(carrier_stmt) and upstream(a.stmt)]
         chain = sorted({id(s): s for s in earlier}.values(), key=lambda s: s.lineno) + chain
+    chain = sorted({id(s): s for s in chain}.values(), key=lambda s: s.lineno)
     derived = {canonical(t) for stmt in chain for t in targets_of(stmt)}
     insertion = next((s for s in statements
                       if after_row < s.lineno <= failing_stmt.lineno and _reads_any(s, derived)), None)

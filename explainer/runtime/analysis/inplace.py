@@ -91,6 +91,20 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         if recompute is None and step.row > failing.lineno:
             recompute = recompute_forward.recompute_in_loop(
                 located.source, located.scope, located.store, step.row, failing)
+        stale = _stale_reads(ctx, recompute, optimizer_parameters(steps)) if recompute is not None else []
+        if stale:
+            # The loss also reads values made by other stepped models (both critics' Q values):
+            # recompute those with it, where each was made in the same block.
+            made = [src.last_assignment(located.scope, b.base, failing.lineno) for b in stale]
+            if all(m is not None and src.parent(m.stmt) is src.parent(located.store) for m in made):
+                others = " and ".join(dict.fromkeys(f"`{located.source.segment(m.target)}`" for m in made))
+                wider = recompute_forward.recompute_before_use(
+                    located.source, located.scope, located.store, step.row, failing,
+                    f"Recompute `{carrier.name}`, and {others} that this loss reads too, after "
+                    f"`{step_site.code}` (line {step.row}): their models stepped, and this backward needs "
+                    f"graphs built with the updated weights", upstream=ctx.made_history, also=[m.stmt for m in made])
+                if wider is not None and not _stale_reads(ctx, wider, optimizer_parameters(steps)):
+                    recompute = wider
         if recompute is not None:
             edits = recompute.edits
             previous = ctx.previous
