@@ -3,6 +3,7 @@ name where it is not bound, and the runtime drops such fixes before the user see
 graph tells freed history from history merely made before the last backward."""
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import pytest
@@ -103,3 +104,38 @@ def test_the_graph_tells_freed_history_from_history_that_is_only_older():
     # An addition saves no tensor: nothing to tell by, so the walk asks what is below it.
     assert graph.freed((weight + 1).grad_fn) is None
     assert graph.freed_below([(freed + 1).grad_fn]) is True
+
+
+RECOMPUTED = textwrap.dedent("""\
+    import torch
+
+    def update(model, value_model, value_opt, x):
+        states = torch.zeros(3, 2)
+        for h in range(3):
+            states[h] = model(x)
+        values = value_model(states)
+        values.sum().backward(retain_graph=True)
+        value_opt.step()
+        (values * 2).sum().backward()
+    """)
+
+
+@pytest.mark.parametrize("filled", [True, False], ids=["filled-by-a-loop", "made-whole"])
+def test_a_recompute_never_copies_a_buffer_that_a_loop_filled(tmp_path, filled):
+    """Recomputing `values` after the step needs `states` again: copying `states =
+    torch.zeros(...)` without the loop that fills it would train on zeros (Dreamer's imagined
+    states), so no recompute is offered then; made whole by one statement, it is."""
+    from explainer.fixes.recompute_forward import recompute_before_use
+
+    text = RECOMPUTED if filled else RECOMPUTED.replace(
+        "    states = torch.zeros(3, 2)\n    for h in range(3):\n        states[h] = model(x)\n",
+        "    states = model(x)\n")
+    source = src.load(_file(tmp_path, text))
+    function = next(n for n in source.tree.body if isinstance(n, ast.FunctionDef))
+    carrier = next(s for s in function.body if isinstance(s, ast.Assign) and src.canonical(s.targets[0]) == "values")
+    step_row = next(s.lineno for s in function.body if "value_opt.step" in source.segment(s))
+    fix = recompute_before_use(source, function, carrier, step_row, function.body[-1], "recompute",
+                               upstream=lambda stmt: True)
+    assert (fix is None) == filled
+    if not filled:
+        assert "states = model(x)" in "".join(e.content for e in fix.edits)

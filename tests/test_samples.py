@@ -26,8 +26,9 @@ TWINS = [s for s in EVERY if s.fixed is not None]
 NOT_YET: dict[str, str] = {
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
-    "real/dreamer_value_step_before_action": "recomputes the imagined values after the value step; the "
-                                             "twin updates the action model first",
+    "real/dreamer_value_step_before_action": "only the unsafe reorder: recomputing the imagined values "
+                                             "would need the imagination loop that fills them; the twin "
+                                             "updates the action model first",
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is not taken for the "
                                             "modifier: no parameter named, no fix",
     "real/ode_load_state_dict": "the modifier is load_state_dict in the loop, not a step; no fix",

@@ -100,6 +100,8 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
     kept = _needed(chain, carrier_stmt, needed)
     if any(parent(stmt) is not parent(carrier_stmt) for stmt in kept):
         return None  # statements of an if's two branches cannot be copied one after the other
+    if any(_filled_later(scope, stmt, failing_stmt.lineno, kept) for stmt in kept):
+        return None  # `states = torch.zeros(...)`, then `states[h] = ...` in a loop: a copy would be zeros
     lines = [*zero_grad_again(scope, after_row, insertion.lineno, failing_stmt),
              *(line for stmt in kept for line in statement_text(source, stmt))]
     return Fix(why, (insert_lines_before(source, insertion, lines),))
@@ -127,6 +129,26 @@ def move_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, afte
                 return None
     return Fix(why, (delete_lines(source, carrier_stmt),
                      insert_lines_before(source, insertion, statement_text(source, carrier_stmt))))
+
+
+def _filled_later(scope: ast.AST, stmt: ast.stmt, before_row: int, copied: list[ast.stmt]) -> bool:
+    """Whether something after `stmt` and before `before_row`, not copied with it, writes into
+    what `stmt` assigned without re-binding it (`states[h] = s`, `states += x`, `states.add_(x)`)."""
+    made = {canonical(t) for t in targets_of(stmt)}
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.stmt) or not stmt.lineno < node.lineno < before_row \
+                or any(node is c for c in copied):
+            continue
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) and canonical(t.value) in made
+                                                for t in node.targets):
+            return True
+        if isinstance(node, ast.AugAssign) and canonical(node.target) in made:
+            return True
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
+                and not call.func.attr.endswith("__") and canonical(call.func.value) in made:
+            return True
+    return False
 
 
 def _method_call(stmt: ast.stmt, method: str) -> str | None:
