@@ -112,6 +112,7 @@ def _reset_before_freeing(ctx: Context, located, name: str, failing):
                 return reset, freeing_stmt
     return None
 
+
 def _reset_each_pass(ctx: Context, candidate: Candidate, failing) -> Fix | None:
     """Reset the module's state with its class's own reset method, before the forward of the
     loop that runs the failing backward, for every such module of the model bound there."""

@@ -355,11 +355,16 @@ def _updated_within_one_call(located: Located) -> bool:
     made = [a.stmt for a in ancestors(value, located.scope, store.lineno)]
     functions = [located.scope] + [helper for stmt in made for node in ast.walk(stmt) if isinstance(node, ast.Call)
                                    for helper in [helper_called(node, located.scope)] if helper is not None]
-    return any(isinstance(loop, (ast.For, ast.While)) and any(
-        isinstance(stmt, (ast.Assign, ast.AugAssign)) and self_referencing(src.Assignment(stmt, target), name)
-        for stmt in ast.walk(loop) for target in src.targets_of(stmt)
-        for name in [src.canonical(target)] if name.isidentifier() and (function is not located.scope or name in names))
-        for function in functions for loop in ast.walk(function))
+    for function in functions:
+        loops = [n for n in ast.walk(function) if isinstance(n, (ast.For, ast.While))]
+        for stmt in (n for loop in loops for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AugAssign))):
+            for target in src.targets_of(stmt):
+                name = src.canonical(target)
+                # A helper's local (what the scan returns), or, in the method, what the store reads.
+                if name.isidentifier() and (function is not located.scope or name in names) \
+                        and self_referencing(src.Assignment(stmt, target), name):
+                    return True
+    return False
 
 
 def _read_again_in_its_loop(located: Located) -> bool:

@@ -19,8 +19,9 @@ _MAX_TRACED = 96
 
 @dataclass(frozen=True)
 class Scope:
-    """A function (or module) the loss is followed through: its source, the runtime object its
-    `self` is when known, and its frame's values (only the failing frame's are known)."""
+    """A function (or module) a value is followed through: its source, the runtime object its
+    `self` is when known, and its frame's values (known only for the live frame the walk starts
+    in; a function the value was returned from has run and left no frame)."""
 
     source: src.Source
     node: ast.AST
@@ -29,14 +30,14 @@ class Scope:
 
     @property
     def runs(self) -> bool:
-        """Whether this is the failing frame, whose values are known."""
+        """Whether this is a live frame, whose values are known."""
         return bool(self.values)
 
 
 def made_from(start: Scope, expression: str, before: int, follow=None):
     """(scope, assignment) for every assignment the value of `expression` (read on line `before`)
     was made from, nearest first: through names, the items of a dict or list filled one by one,
-    and the returns of the user's functions and methods it called. In the failing frame, a name
+    and the returns of the user's functions and methods it called. In the live frame, a name
     is followed when `follow(value)` says so (by default: a tensor without a graph, or a
     container, as a loss without history comes from)."""
     pending = deque([(start, expression, before)])
