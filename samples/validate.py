@@ -75,7 +75,7 @@ def check(sample: manifest.Sample, device: str, workdir: Path) -> dict:
         twin_code, twin_findings, _ = explain(sample.fixed, device, workdir)
         twin_ok = twin_code == 0 and not twin_findings
     row.update(fix0_runs_clean=fixed_ok, fix0_trains_same=trains_same, twin_runs_clean=twin_ok)
-    if not row["fix0_safe"] and sample.fixed is not None:
+    if finding.get("fixes") and not row["fix0_safe"] and sample.fixed is not None:
         # A fix that changes this step's gradients is unsafe by definition; when the expert's own
         # fix changes them too, the right fix cannot be safe.
         row["twin_changes_first_step"] = trained.changes_first_step(
