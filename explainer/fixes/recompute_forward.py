@@ -100,7 +100,8 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
     kept = _needed(chain, carrier_stmt, needed)
     if any(parent(stmt) is not parent(carrier_stmt) for stmt in kept):
         return None  # statements of an if's two branches cannot be copied one after the other
-    if any(_filled_later(scope, stmt, failing_stmt.lineno, kept) for stmt in kept):
+    written = _written_into(scope, failing_stmt.lineno, kept)
+    if any(row > stmt.lineno for stmt in kept for t in targets_of(stmt) for row in written.get(canonical(t), ())):
         return None  # `states = torch.zeros(...)`, then `states[h] = ...` in a loop: a copy would be zeros
     lines = [*zero_grad_again(scope, after_row, insertion.lineno, failing_stmt),
              *(line for stmt in kept for line in statement_text(source, stmt))]
@@ -131,24 +132,26 @@ def move_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, afte
                      insert_lines_before(source, insertion, statement_text(source, carrier_stmt))))
 
 
-def _filled_later(scope: ast.AST, stmt: ast.stmt, before_row: int, copied: list[ast.stmt]) -> bool:
-    """Whether something after `stmt` and before `before_row`, not copied with it, writes into
-    what `stmt` assigned without re-binding it (`states[h] = s`, `states += x`, `states.add_(x)`)."""
-    made = {canonical(t) for t in targets_of(stmt)}
+def _written_into(scope: ast.AST, before_row: int, copied: list[ast.stmt]) -> dict[str, list[int]]:
+    """The rows, before `before_row` and outside `copied`, where a name is written into without
+    being re-bound (`states[h] = s`, `states += x`, `states.add_(x)`), by name."""
+    found: dict[str, list[int]] = {}
+    skip = {id(c) for c in copied}
     for node in ast.walk(scope):
-        if not isinstance(node, ast.stmt) or not stmt.lineno < node.lineno < before_row \
-                or any(node is c for c in copied):
+        if not isinstance(node, ast.stmt) or node.lineno >= before_row or id(node) in skip:
             continue
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Subscript) and canonical(t.value) in made
-                                                for t in node.targets):
-            return True
-        if isinstance(node, ast.AugAssign) and canonical(node.target) in made:
-            return True
-        call = node.value if isinstance(node, ast.Expr) else None
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr.endswith("_") \
-                and not call.func.attr.endswith("__") and canonical(call.func.value) in made:
-            return True
-    return False
+        names = []
+        if isinstance(node, ast.Assign):
+            names = [canonical(t.value) for t in node.targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.AugAssign):
+            names = [canonical(node.target)]
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr.endswith("_") \
+                and not node.value.func.attr.endswith("__"):
+            names = [canonical(node.value.func.value)]
+        for name in names:
+            found.setdefault(name, []).append(node.lineno)
+    return found
 
 
 def _method_call(stmt: ast.stmt, method: str) -> str | None:
