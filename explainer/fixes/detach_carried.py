@@ -18,7 +18,7 @@ from ..reading.source import (
     reads,
     value_of,
 )
-from .edits import insert_lines_after, insert_lines_before, replace
+from .edits import imports_torch, insert_lines_after, insert_lines_before, replace
 
 
 def detached(expression: str, is_tuple: bool) -> str:
@@ -63,6 +63,20 @@ def detach_after_backward(source: Source, carrier: str, backward: ast.stmt, is_t
     return Fix(f"Detach `{carrier}` after this backward: the next pass starts from its value, without "
                f"the history this backward has just gone through",
                (insert_lines_after(source, backward, [line]),))
+
+
+def detach_every_module_after_backward(source: Source, root: str, class_name: str, attribute: str,
+                                       backward: ast.stmt) -> Fix | None:
+    """The same after the backward for every `class_name` module of `root`, each holding its own
+    state; a module whose state is not a tensor yet (never run) is left alone."""
+    if not imports_torch(source):
+        return None
+    lines = [f"for module in {root}.modules():",
+             f"    if isinstance(module, {class_name}) and isinstance(module.{attribute}, torch.Tensor):",
+             f"        module.{attribute} = module.{attribute}.detach()"]
+    return Fix(f"Detach the `{attribute}` of every `{class_name}` of `{root}` after this backward: the next "
+               f"pass starts from their values, without the history this backward has just gone through",
+               (insert_lines_after(source, backward, lines),))
 
 
 def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+import torch
+
 from ...fixes import accumulate_item, detach_carried, reset_state
 from ...model import Finding, Fix
 from ...reading import source as src
@@ -147,4 +149,14 @@ def _detach_after_backward(ctx: Context, candidate: Candidate, failing, is_tuple
     if failing is None or source is None or frame.f_code.co_filename != source.filename \
             or ctx.frame_source(frame)[1] is not scope or any(kind != "attr" for kind, _ in binding.steps):
         return None
+    root = frame.f_locals.get(binding.base, frame.f_globals.get(binding.base))
+    owner = binding.owner
+    if isinstance(root, torch.nn.Module) and owner is not None \
+            and sum(type(m) is type(owner) for m in root.modules()) > 1:
+        # Every such module of the model carries its own state (each neuron layer's `v`).
+        class_name = type(owner).__name__
+        if not any(isinstance(n, ast.ClassDef) and n.name == class_name for n in source.tree.body):
+            return None
+        return detach_carried.detach_every_module_after_backward(source, binding.base, class_name,
+                                                                 binding.steps[-1][1], failing)
     return detach_carried.detach_after_backward(source, binding.expression, failing, is_tuple)
