@@ -165,14 +165,14 @@ def _through_a_helper(ctx, carrier: Candidate | None, step: StepCall | None, par
         return None
     failing_here = src.innermost_statement(scope, frame.f_lineno)
     values = {**frame.f_globals, **frame.f_locals}
+    start = Scope(located.source, scope, values.get("self"), values)
     optimizer = step.optimizer()
     stepped = [stmt for stmt in src.own_nodes(scope) if isinstance(stmt, ast.stmt)
                and located.store.lineno < stmt.lineno < frame.f_lineno
-               and any(isinstance(call, ast.Call) and any(_value_of(a, values) is optimizer for a in call.args)
+               and any(isinstance(call, ast.Call) and any(runtime_value(start, a) is optimizer for a in call.args)
                        for call in ast.walk(stmt))]
     if failing_here is None or not stepped:
         return None
-    start = Scope(located.source, scope, values.get("self"), values)
     built = None
     for where, assignment in made_from(start, src.canonical(located.target_text), frame.f_lineno,
                                        follow=lambda value: True):
@@ -183,20 +183,6 @@ def _through_a_helper(ctx, carrier: Candidate | None, step: StepCall | None, par
                              where.source.segment(assignment.target), False), assignment)
             break
     return stepped[-1].lineno, failing_here, built
-
-
-def _value_of(expression: ast.AST, values: dict):
-    """The object `self.q2_optim` is, read from a frame's values; None when unknown."""
-    parts = src.canonical(expression).split(".")
-    if not all(part.isidentifier() for part in parts) or parts[0] not in values:
-        return None
-    value = values[parts[0]]
-    for part in parts[1:]:
-        try:
-            value = getattr(value, part)
-        except Exception:  # a user's property may raise anything
-            return None
-    return value
 
 
 def _split_loss(ctx, source, scope, step: StepCall, failing) -> Fix | None:

@@ -167,5 +167,8 @@ def runtime_value(where: Scope, expression: ast.AST):
     else:
         return None
     for attribute in reversed(steps):
-        obj = getattr(obj, attribute, None)
+        try:
+            obj = getattr(obj, attribute, None)
+        except Exception:  # a user's property may raise anything
+            return None
     return obj
