@@ -29,27 +29,27 @@ def install_or_say_why_not() -> bool:
     return hooks.install_or_say_why_not(add_note, warn_growth)
 
 
-def add_note(error, call, roots, caller, calls, steps) -> None:
+def add_note(error, call, roots, caller, calls, steps, loads=()) -> None:
     """Explain `error` and attach the explanation to it as a note."""
     with _one_line_on_failure(error):
         from .render.text import render_note
 
-        finding = _explain(error, call, roots, caller, calls, steps)
+        finding = _explain(error, call, roots, caller, calls, steps, loads)
         if finding is not None:
             error.add_note(render_note(finding))
 
 
-def record_only(error, call, roots, caller, calls, steps) -> None:
+def record_only(error, call, roots, caller, calls, steps, loads=()) -> None:
     """Explain `error` into the journal only, for a front-end that renders from there (IPython)."""
     with _one_line_on_failure(error):
-        _explain(error, call, roots, caller, calls, steps)
+        _explain(error, call, roots, caller, calls, steps, loads)
 
 
-def _explain(error, call, roots, caller, calls, steps):
+def _explain(error, call, roots, caller, calls, steps, loads):
     # Imported on the first error only: keeps `import explainer` and `install()` cheap.
     from .runtime import analysis
 
-    return analysis.explain_error(error, call, roots, caller, calls, steps)
+    return analysis.explain_error(error, call, roots, caller, calls, steps, loads)
 
 
 @contextmanager

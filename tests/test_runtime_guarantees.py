@@ -154,18 +154,31 @@ def _plain_data(value) -> bool:
 
 
 def test_install_is_idempotent_and_uninstall_restores_torch():
-    originals = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
+    originals = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad,
+                 torch.nn.Module.load_state_dict)
     explainer.install()
     explainer.install()
     assert torch.autograd.backward.__wrapped__ is originals[1]
     assert torch.autograd.grad.__wrapped__ is originals[2]
     assert torch.Tensor.backward.__wrapped__ is originals[0]
+    assert torch.nn.Module.load_state_dict.__wrapped__ is originals[3]
     assert [inspect.signature(f) for f in (torch.Tensor.backward, torch.autograd.backward,
-                                           torch.autograd.grad)] == [inspect.signature(f) for f in originals]
+                                           torch.autograd.grad)] == [inspect.signature(f) for f in originals[:3]]
     explainer.uninstall()
     explainer.uninstall()
-    assert (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad) == originals
+    assert (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad,
+            torch.nn.Module.load_state_dict) == originals
     assert not hooks.installed()
+
+
+def test_load_state_dict_is_recorded_where_the_user_called_it_and_still_loads(installed):
+    source, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    row = sys._getframe().f_lineno + 1
+    result = target.load_state_dict(source.state_dict())
+    assert result == torch.nn.Module.load_state_dict.__wrapped__(target, source.state_dict())
+    assert torch.equal(target.weight, source.weight)
+    load = hooks.recent_loads()[-1]
+    assert (load.module(), load.filename, load.row) == (target, __file__, row)
 
 
 def test_hooks_pass_every_argument_through_and_record_the_callers_line(installed):

@@ -434,6 +434,25 @@ PATTERNS = {
 
         Solver().train()
     """),
+    "a state 'restored' with load_state_dict from its own state_dict() after a trial step": (
+        "inplace-modified", "model.weight", """
+        import torch
+
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            h = torch.randn(8, 4)
+            for k in range(3):
+                saved = model.state_dict()
+                with torch.no_grad():
+                    trial = model(h)
+                model.load_state_dict(saved)
+                h = torch.tanh(model(h))  # culprit
+            loss = h.pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
 }
 
 
@@ -571,3 +590,36 @@ def test_a_snapshot_of_a_model_the_loop_calls_again_is_detached_not_recomputed(e
     fixes = explain_run(script).findings[0]["fixes"]
     assert [e["content"] for e in fixes[0]["edits"]] == ["dist.log_prob(actions).detach()"]
     assert not any("inside the loop" in fix["message"] for fix in fixes)
+
+
+def test_a_soft_update_by_load_state_dict_is_named_where_the_graph_read_the_weights(explain_run, tmp_path):
+    """DDPG's target network soft-updated with `load_state_dict` between two backward calls
+    through its output: the load is what changed the weights (no optimizer steps them), the
+    graph read them where the target network ran, and no safe fix is offered: the loaded values
+    are new, so the load cannot just go."""
+    code = textwrap.dedent("""
+        import torch
+
+        actor = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        target = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        critic = torch.nn.Linear(6, 1)
+        critic_opt = torch.optim.Adam(critic.parameters(), lr=1e-3)
+        for step in range(2):
+            s = torch.randn(8, 4)
+            next_action = target(s)
+            q = critic(torch.cat([s, next_action], 1))
+            critic_opt.zero_grad()
+            q.mean().backward(retain_graph=True)
+            mixed = {k: 0.99 * v + 0.01 * actor.state_dict()[k] for k, v in target.state_dict().items()}
+            target.load_state_dict(mixed)
+            q.pow(2).mean().backward()
+            critic_opt.step()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    assert (finding["code"], finding["variant"]) == ("BX011", "run-load-read")
+    assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [
+        ("target[2].weight", 9), ("target[2].weight", 14)]
+    assert "`target.load_state_dict(mixed)` (line 14)" in finding["message"]
+    assert not any(fix["applicability"] == "safe" for fix in finding["fixes"])

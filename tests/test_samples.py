@@ -29,9 +29,9 @@ NOT_YET: dict[str, str] = {
     "real/dreamer_value_step_before_action": "only the unsafe reorder: recomputing the imagined values "
                                              "would need the imagination loop that fills them; the twin "
                                              "updates the action model first",
-    "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is not taken for the "
-                                            "modifier: no parameter named, no fix",
-    "real/ode_load_state_dict": "the modifier is load_state_dict in the loop, not a step; no fix",
+    "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is named, but no fix: the "
+                                            "twin changes the algorithm (target actions under no_grad, each "
+                                            "agent's actor re-run with the others' actions from the buffer)",
     "real/onmt_class_loss_in_shards": "names `state['output']`, not `memory_bank`; no fix",
     "real/resample_retain_step": "recomputing after the step gives the weights' update the stepped "
                                  "model; the twin runs both backward calls before either step",

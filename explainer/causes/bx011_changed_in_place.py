@@ -11,9 +11,11 @@ CAUSE = Cause(
 Found when it runs: the backward fails with "one of the variables needed for gradient computation
 has been modified by an inplace operation", and no optimizer step changed the tensor. Your own code
 did: `h += 1`, `h.clamp_(0, 1)`, `h[mask] = 0`, state written into in a method
-(`self.bank[idx] = feats`), or, inside a model's `forward`, `nn.ReLU(inplace=True)` or
-`out += x` after an operation that saved that tensor for its gradient. The explanation names the
-tensor and the line that changed it, read from the graph's in-place node and the model's classes.""",
+(`self.bank[idx] = feats`), `target.load_state_dict(...)` (a soft update of a target network,
+a state "restored" after a trial step), or, inside a model's `forward`, `nn.ReLU(inplace=True)`
+or `out += x` after an operation that saved that tensor for its gradient. The explanation names
+the tensor and the line that changed it, read from the graph's in-place node, the recorded
+`load_state_dict` calls and the model's classes.""",
     why="""\
 An operation that needs its input (or output) to compute its gradient saves it, with the
 tensor's version. Changing the tensor in place bumps that version, and the backward refuses to
@@ -45,6 +47,16 @@ y.backward()""",
             "then `{change}` (line {made_at.row}) changed it in place. {versions}",
             "`{carrier}` was changed in place after the graph saved it.",
             ("saved by the graph here", "changed in place after the graph saved it")),
+        "run-load": Message(
+            "`{change}` (line {made_at.row}) copied new values into `{carrier}` in place after the graph saved it "
+            "for this backward (line {backward.row}). {versions}",
+            "`{carrier}` was overwritten in place by `load_state_dict` after the graph saved it.",
+            ("overwritten in place by load_state_dict after the graph saved it",)),
+        "run-load-read": Message(
+            "The graph read `{carrier}` at line {read} and saved it for this backward (line {backward.row}); "
+            "then `{change}` (line {made_at.row}) copied new values into it in place. {versions}",
+            "`{carrier}` was overwritten in place by `load_state_dict` after the graph saved it.",
+            ("saved by the graph here", "overwritten in place by load_state_dict after the graph saved it")),
         "run-in-forward-flag": Message(
             "`{change}` ({where}) makes an operation that overwrites its input, but {saved} saved that tensor for "
             "the backward (line {backward.row}). {versions}",

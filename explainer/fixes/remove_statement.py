@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Fix
-from ..reading.source import Source, enclosing_block
+from ..model import Edit, Fix
+from ..reading.source import Source, enclosing_block, parent
 from .edits import delete_lines, replace
 
 
@@ -19,3 +19,24 @@ def remove_call(source: Source, stmt: ast.stmt, receiver: ast.expr) -> Fix | Non
     if len(enclosing_block(stmt)) == 1:
         return Fix(why, (replace(source, stmt, "pass"),))
     return Fix(why, (delete_lines(source, stmt),))
+
+
+def without(source: Source, statements: list[ast.stmt]) -> tuple[Edit, ...]:
+    """The edits that remove `statements`: an `if flag:` left with nothing goes with them (its
+    test only reads a name), and a block left empty otherwise keeps a `pass`."""
+    edits, gone = [], {id(s) for s in statements}
+    for stmt in statements:
+        block = enclosing_block(stmt)
+        if any(id(s) not in gone for s in block):
+            edits.append(delete_lines(source, stmt))
+            continue
+        owner = parent(stmt)
+        if isinstance(owner, ast.If) and not owner.orelse and isinstance(owner.test, (ast.Name, ast.Attribute)) \
+                and len(enclosing_block(owner)) > 1:
+            if block[0] is stmt:
+                edits.append(delete_lines(source, owner))
+        elif block[0] is stmt:
+            edits.append(replace(source, stmt, "pass"))
+        else:
+            edits.append(delete_lines(source, stmt))
+    return tuple(edits)

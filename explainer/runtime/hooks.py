@@ -2,7 +2,7 @@
 
 Per backward call we record the autograd sequence-number high-water mark (nodes created before
 the call have smaller numbers), the call site and `retain_graph`; per optimizer step, the call
-site and the optimizer. When an autograd error escapes a backward call, or a call retains a graph,
+site and the optimizer; per `load_state_dict`, the call site and the module. When an autograd error escapes a backward call, or a call retains a graph,
 the hooks hand the records to the callbacks `install` was given (the front-end's: explain the
 error and add a note, or record it for IPython to show); they import no analysis themselves.
 
@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from . import journal
-from .records import INTERNAL, PACKAGE_DIR, BackwardCall, StepCall, outside_internal
+from .records import INTERNAL, PACKAGE_DIR, BackwardCall, LoadCall, StepCall, outside_internal
 
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
 # While torch.compile traces, the hooks step aside: dynamo would otherwise trace into them, fail
@@ -54,6 +54,7 @@ class _PerThread(threading.local):
 
 _local = _PerThread()
 _steps: deque[tuple] = deque(maxlen=64)  # (tick, mark, optimizer ref, code, lasti)
+_loads: deque[tuple] = deque(maxlen=16)  # (tick, mark, module ref, code, lasti)
 _originals: dict[str, object] = {}
 _step_hook_handle = None
 # The code object of the last frame found to be the user's, shared by the backward and step hooks:
@@ -64,7 +65,7 @@ _last_user_code: list = [None]
 _growth_checks: dict[tuple, int] = {}
 _GROWTH_CHECKS_PER_SITE = 8
 # What `install` was given: called with (error, call, roots, caller frame, recent calls, recent
-# steps) when an autograd error escapes a backward call, and with (call, roots, caller frame,
+# steps, recent loads) when an autograd error escapes a backward call, and with (call, roots, caller frame,
 # recent calls, recent steps) -> whether it warned, when a call retains a graph.
 OnError = Callable[..., None]
 OnRetained = Callable[..., bool]
@@ -93,6 +94,10 @@ def recent_calls() -> tuple[BackwardCall, ...]:
 
 def recent_steps() -> tuple[StepCall, ...]:
     return tuple(StepCall(tick, mark, ref, *_site(code, lasti)) for tick, mark, ref, code, lasti in _steps)
+
+
+def recent_loads() -> tuple[LoadCall, ...]:
+    return tuple(LoadCall(tick, mark, ref, *_site(code, lasti)) for tick, mark, ref, code, lasti in _loads)
 
 
 # The hooked callables, by name: (owner, attribute, kind recorded, name of the roots parameter).
@@ -229,7 +234,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
 def _explain_into(error: RuntimeError, call: tuple, roots, caller) -> None:
     on_error = _callbacks[0]
     if on_error is not None:
-        on_error(error, _as_call(call), roots, caller, recent_calls(), recent_steps())
+        on_error(error, _as_call(call), roots, caller, recent_calls(), recent_steps(), recent_loads())
 
 
 def _check_growth(call: tuple, roots, caller) -> None:
@@ -266,13 +271,31 @@ def _on_step(optimizer, args, kwargs) -> None:
                    caller.f_lasti if caller is not None else 0))
 
 
+def _recording_loads(original):
+    """`Module.load_state_dict`, recording where the user called it: it writes into the module's
+    parameters in place, so a graph built before it fails its backward as after a step. Loading
+    is rare, so this wrapper can afford finding the user's frame each time."""
+
+    @functools.wraps(original)
+    def load_state_dict(self, *args, **kwargs):
+        __tracebackhide__ = True
+        if not (_dynamo_tracing() or _compiler._is_compiling_flag):
+            caller = outside_internal(sys._getframe(1))
+            _loads.append((next(_ticks), _peek_sequence_nr(), weakref.ref(self),
+                           caller.f_code if caller is not None else None, caller.f_lasti if caller is not None else 0))
+        return original(self, *args, **kwargs)
+
+    return load_state_dict
+
+
 def installed() -> bool:
     return bool(_originals)
 
 
 def install(on_error: OnError, on_retained: OnRetained) -> None:
     """Hook `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`, and add an
-    optimizer step post-hook; autograd errors and retained graphs go to the callbacks. Installed
+    optimizer step post-hook, and record `Module.load_state_dict` calls; autograd errors and
+    retained graphs go to the callbacks. Installed
     again, only the callbacks change. Raises UnsupportedTorch, with nothing hooked, when a
     signature is not the one the hooks read.
 
@@ -287,6 +310,8 @@ def install(on_error: OnError, on_retained: OnRetained) -> None:
     for name, (owner, attribute, kind, roots_name) in _TARGETS.items():
         original = getattr(owner(), attribute)
         wrappers[name] = (owner(), attribute, original, _make_wrapper(name, kind, roots_name, original))
+    load = torch.nn.Module.load_state_dict
+    wrappers["Module.load_state_dict"] = (torch.nn.Module, "load_state_dict", load, _recording_loads(load))
     for name, (target, attribute, original, wrapper) in wrappers.items():
         _originals[name] = (target, attribute, original)
         setattr(target, attribute, wrapper)
@@ -320,6 +345,7 @@ def uninstall() -> None:
         _step_hook_handle = None
     _local.state[1].clear()
     _steps.clear()
+    _loads.clear()
     _growth_checks.clear()
     _step_depth.clear()
     _last_user_code[0] = None

@@ -145,27 +145,31 @@ def is_user_object(value) -> bool:
 
 def module_bindings(frames) -> list[tuple[str, torch.nn.Module, int]]:
     """(expression, module, frame_index) for every nn.Module bound in the frames, directly or
-    as a trainer's attribute or a list's item (`self.VAE`, `models[1]`, `self.models[1]`)."""
-    modules, seen = [], set()
+    through the user's objects and lists, shallow first (`self.VAE`, `models[1]`,
+    `self.agents[0].target_actor`)."""
+    modules, seen, visited = [], set(), set()
+    by_frame: dict[int, list] = {}
     for index, name, value in variables(frames):
-        for expression, module in _modules_in(name, value, 0):
-            if id(module) not in seen:
-                seen.add(id(module))
-                modules.append((expression, module, index))
+        by_frame.setdefault(index, []).append((name, value, 0))
+    for index in sorted(by_frame):
+        pending = collections.deque(by_frame[index])
+        while pending:
+            expression, value, depth = pending.popleft()
+            if isinstance(value, torch.nn.Module):
+                if id(value) not in seen:
+                    seen.add(id(value))
+                    modules.append((expression, value, index))
+                continue
+            if depth >= MAX_DEPTH or id(value) in visited:
+                continue
+            if isinstance(value, (list, tuple)) and len(value) <= MAX_ITEMS:
+                visited.add(id(value))
+                pending.extend((f"{expression}[{i}]", item, depth + 1) for i, item in enumerate(value))
+            elif not _skippable(expression, value) and is_user_object(value):
+                visited.add(id(value))
+                pending.extend((f"{expression}.{attr}", item, depth + 1)
+                               for attr, item in list(vars(value).items()) if not attr.startswith("_"))
     return modules
-
-
-def _modules_in(expression: str, value, depth: int):
-    if isinstance(value, torch.nn.Module):
-        yield expression, value
-    elif depth < 2 and isinstance(value, (list, tuple)) and len(value) <= MAX_ITEMS:
-        for i, item in enumerate(value):
-            if isinstance(item, torch.nn.Module):
-                yield f"{expression}[{i}]", item
-    elif depth < 1 and not _skippable(expression, value) and is_user_object(value):
-        for attr, item in list(vars(value).items()):
-            if not attr.startswith("_"):
-                yield from _modules_in(f"{expression}.{attr}", item, depth + 1)
 
 
 def parameter_name(module_expression: str, dotted: str) -> str:

@@ -51,6 +51,17 @@ class StepCall(NamedTuple):
     row: int
 
 
+class LoadCall(NamedTuple):
+    """One recorded `Module.load_state_dict` call: it copies the loaded values into the module's
+    own parameters and buffers in place, bumping their versions like an optimizer step."""
+
+    tick: int
+    mark: int
+    module: weakref.ref
+    filename: str
+    row: int
+
+
 def is_internal_file(filename: str) -> bool:
     """Torch's or this package's own source."""
     return filename.startswith(INTERNAL)

@@ -19,6 +19,7 @@ class Context:
     frames: list
     calls: tuple
     steps: tuple
+    loads: tuple = ()  # LoadCall: `load_state_dict` calls, which write into parameters like a step
     _bindings: list | None = field(default=None, repr=False)
 
     @property

@@ -20,6 +20,7 @@ from ..records import StepCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
+from .loaded import explain_load, load_that_changed
 from .locate import Candidate, Located, callers_name, class_source, locate, name_of, reaching, source_of_class
 from .made_from import Scope, made_from, runtime_value
 from .trained import optimizer_parameters, parameters_under, trained_by
@@ -36,6 +37,12 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     failing_seq = full.seq.get(failing_key, 0) if failing_key is not None else 0
     steps = [s for s in ctx.steps if s.mark > failing_seq and (ctx.call is None or s.tick < ctx.call.tick)]
     step = _step_for(steps, parameter)
+    load = load_that_changed(ctx, failing_seq, parameter, step)
+    if load is not None:
+        # `target.load_state_dict(...)` wrote into the parameter after the graph saved it.
+        loaded = explain_load(ctx, full, failing_key, load, parameter_name or _unnamed(detail), detail)
+        if loaded is not None:
+            return loaded
     source, scope, failing = ctx.failing_statement()
     if saved_name == "saved_tensors":
         # A custom Function saved it with `ctx.save_for_backward`: its own backward may write into it.
@@ -63,7 +70,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         carrier.located = locate(ctx, carrier.binding, row)
         carrier.name = name_of(carrier)
     step_site = ctx.call_site(step.filename, step.row) if step else None
-    name = parameter_name or (detail and f"a {list(detail.shape)} tensor") or "a saved tensor"
+    name = parameter_name or _unnamed(detail)
     fixes: list[Fix | None] = []
     helper = _through_a_helper(ctx, carrier, step, parameter)
     if helper is not None:
@@ -135,6 +142,10 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         code, variant = "BX007", "run-step" if located is not None else "run-step-site"
     return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
                    "certain" if parameter_name and step_site else "likely")
+
+
+def _unnamed(detail: InplaceDetail | None) -> str:
+    return f"a {list(detail.shape)} tensor" if detail is not None else "a saved tensor"
 
 
 def retained_before_step(found: Finding, warned: Finding) -> Finding:
