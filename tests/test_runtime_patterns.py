@@ -2,12 +2,14 @@
 culprit's name and line (marked `# culprit`), and `fixes[0]` applied makes the script run clean."""
 from __future__ import annotations
 
+import ast
 import textwrap
 
 import pytest
 
 from explainer.fixes.edits import apply_edits
 from explainer.fixes.out_of_place import out_of_place
+from explainer.fixes.sum_losses import sum_and_backward_once
 from explainer.model import Fix
 from explainer.reading import source as src
 
@@ -434,6 +436,38 @@ PATTERNS = {
 
         Solver().train()
     """),
+    "two heads of one trunk, the second loss back-propagated in shards by a helper (OpenNMT)": (
+        "second-backward", "features", """
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.trunk = torch.nn.Linear(4, 8)
+                self.head_a = torch.nn.Linear(8, 3)
+                self.head_b = torch.nn.Linear(8, 2)
+
+            def forward(self, x):
+                features = torch.tanh(self.trunk(x))  # culprit
+                return self.head_a(features), self.head_b(features)
+
+        def backward_in_shards(state):
+            pieces = [p.detach().requires_grad_() for p in state["output"].split(4)]
+            for piece in pieces:
+                piece.pow(2).mean().backward()
+            torch.autograd.backward(state["output"].split(4), [p.grad for p in pieces])
+
+        model = Model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            out, logits = model(torch.randn(8, 4))
+            opt.zero_grad()
+            class_loss = torch.nn.functional.cross_entropy(logits, torch.randint(0, 2, (8,)))
+            class_loss.backward()
+            state = {"output": out}
+            backward_in_shards(state)
+            opt.step()
+    """),
     "a state 'restored' with load_state_dict from its own state_dict() after a trial step": (
         "inplace-modified", "model.weight", """
         import torch
@@ -490,6 +524,17 @@ def test_an_inplace_change_is_made_out_of_place_or_on_a_copy(line, fixed):
     source = src.parse("train.py", line + "\n")
     fix = out_of_place(source, source.tree.body[0], "h")
     assert apply_edits(line + "\n", fix.edits) == fixed + "\n"
+
+
+@pytest.mark.parametrize("code, summed", [
+    ("first.backward()\nsecond.backward()\n", True),
+    ("first.backward()\nfor piece in pieces:\n    piece.backward()\n", False),
+    ("first.backward()\ndef helper(second):\n    second.backward()\n", False),
+])
+def test_losses_are_summed_only_where_both_backward_calls_run_once_together(code, summed):
+    source = src.parse("train.py", code)
+    calls = [n for n in ast.walk(source.tree) if isinstance(n, ast.Expr)]
+    assert (sum_and_backward_once(source, calls[0], calls[-1]) is not None) == summed
 
 
 def test_peers_are_each_detached_where_the_other_learns_from_them(explain_run, tmp_path):

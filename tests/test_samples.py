@@ -32,7 +32,6 @@ NOT_YET: dict[str, str] = {
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is named, but no fix: the "
                                             "twin changes the algorithm (target actions under no_grad, each "
                                             "agent's actor re-run with the others' actions from the buffer)",
-    "real/onmt_class_loss_in_shards": "names `state['output']`, not `memory_bank`; no fix",
     "real/resample_retain_step": "recomputing after the step gives the weights' update the stepped "
                                  "model; the twin runs both backward calls before either step",
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..reading.source import Source, call_receiver
+from ..reading.source import Source, call_receiver, enclosing_function, loops_around
 from .edits import delete_lines, replace
 
 
@@ -13,6 +13,13 @@ def sum_and_backward_once(source: Source, first: ast.stmt, second: ast.stmt) -> 
     if not (isinstance(first, ast.Expr) and isinstance(second, ast.Expr)) or first_loss is None or second_loss is None:
         return None
     if first.value.args or first.value.keywords and any(k.arg != "retain_graph" for k in first.value.keywords):
+        return None
+    # One backward of the sum replaces both only where both run once together: not across
+    # functions, and not from inside a loop the first is outside of (the first loss would be
+    # added, and back-propagated, once per pass).
+    outer = {id(loop) for loop in loops_around(first)}
+    if enclosing_function(first) is not enclosing_function(second) \
+            or any(id(loop) not in outer for loop in loops_around(second)):
         return None
     a, b = source.segment(first_loss), source.segment(second_loss)
     return Fix(f"Back-propagate `{a} + {b}` once: one pass through the shared graph, and no "

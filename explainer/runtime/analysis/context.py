@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ...model import CallSite
 from ...reading import source as src
-from .. import naming
+from .. import graph, naming
 from ..records import BackwardCall, StepCall
 
 
@@ -21,6 +21,7 @@ class Context:
     steps: tuple
     loads: tuple = ()  # LoadCall: `load_state_dict` calls, which write into parameters like a step
     _bindings: list | None = field(default=None, repr=False)
+    _freeing: tuple | None = field(default=None, repr=False)
 
     @property
     def previous(self) -> BackwardCall | None:
@@ -31,8 +32,27 @@ class Context:
         """The last recorded call that could have freed a graph: a call that retained its graph
         freed nothing (the gradient penalty's `autograd.grad(..., retain_graph=True)` just
         before the backward that fails on the previous pass's graph). The last call when every
-        call retained."""
-        return next((c for c in reversed(self.calls) if not c.retain_graph), self.previous)
+        call retained. When the roots of that call are still bound and their graph shares
+        nothing with this one, or are gone, an earlier call whose bound roots' graph does share
+        with it freed it (`class_loss.backward()` over the encoder, then the loss of each
+        decoder shard, made from detached copies, then the encoder's backward)."""
+        if self._freeing is None:
+            last = next((c for c in reversed(self.calls) if not c.retain_graph), self.previous)
+            self._freeing = (last if last is None or self._shares_graph(last)
+                             else next((c for c in reversed(self.calls) if c is not last and not c.retain_graph
+                                        and self._shares_graph(c)), last),)
+        return self._freeing[0]
+
+    def _shares_graph(self, call: BackwardCall) -> bool:
+        """Whether the graph of `call`'s roots, where they are still bound, shares a node other
+        than a leaf with this backward's graph."""
+        roots = [b.value.grad_fn for b in self.bindings() if id(b.value) in call.root_ids
+                 and b.value.grad_fn is not None and b.value.grad_fn._sequence_nr() < call.mark]
+        if not roots or not self.root_nodes():
+            return False
+        theirs = graph.walk(roots)
+        ours = graph.walk(self.root_nodes())
+        return any(key in theirs.nodes and seq != graph.LEAF_SEQ for key, seq in ours.seq.items())
 
     def bindings(self) -> list[naming.Binding]:
         if self._bindings is None:

@@ -27,6 +27,11 @@ class Scope:
     node: ast.AST
     owner: object | None = None
     values: dict = field(default_factory=dict, compare=False, hash=False)
+    # Where a parameter's value came from: the scope that called this one, with its call (a
+    # function the value was returned from), or a function of the parameter's name giving
+    # (scope, expression, row) in the caller's live frame (see `live_scope`).
+    called_from: tuple | None = field(default=None, compare=False, hash=False)
+    caller: object = field(default=None, compare=False, hash=False)
 
     @property
     def runs(self) -> bool:
@@ -34,12 +39,14 @@ class Scope:
         return bool(self.values)
 
 
-def made_from(start: Scope, expression: str, before: int, follow=None):
+def made_from(start: Scope, expression: str, before: int, follow=None, through_parameters: bool = False):
     """(scope, assignment) for every assignment the value of `expression` (read on line `before`)
     was made from, nearest first: through names, the items of a dict or list filled one by one,
     and the returns of the user's functions and methods it called. In the live frame, a name
     is followed when `follow(value)` says so (by default: a tensor without a graph, or a
-    container, as a loss without history comes from)."""
+    container, as a loss without history comes from). `through_parameters`: a parameter is
+    followed to what its caller passed, and an item or attribute nothing assigns to its
+    container (`state["output"]` to `state = make_state(batch, output)`)."""
     pending = deque([(start, expression, before)])
     seen = set()
     while pending and len(seen) < _MAX_TRACED:
@@ -48,9 +55,60 @@ def made_from(start: Scope, expression: str, before: int, follow=None):
         if key in seen:
             continue
         seen.add(key)
-        for assignment in _assignments_of(where, expression, before):
+        found = _assignments_of(where, expression, before)
+        for assignment in found:
             yield where, assignment
             pending.extend(_inputs(where, assignment, follow or _may_carry))
+        if through_parameters and not found:
+            base = _base_name(expression)
+            if base is not None and base != expression:
+                pending.append((where, base, before))
+            elif base is not None:
+                passed = _passed_as(where, base)
+                if passed is not None:
+                    pending.append(passed)
+
+
+def _base_name(expression: str) -> str | None:
+    """`state` for `state["output"]` or `state.output`; the name itself for a name."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) and node.id != "self" else None
+
+
+def _passed_as(where: Scope, name: str) -> tuple | None:
+    """(scope, expression, row) of the argument the caller passed for the parameter `name` of
+    `where`'s function, or None when `name` is not one of its parameters."""
+    if where.called_from is not None:
+        scope, call = where.called_from
+        argument = argument_for(where.node, call, name)
+        return (scope, src.canonical(argument), call.lineno) if argument is not None else None
+    if where.caller is not None:
+        return where.caller(name)
+    return None
+
+
+def argument_for(function: ast.AST, call: ast.Call, name: str) -> ast.expr | None:
+    """The argument of `call` bound to the parameter `name` of `function` (its `self` skipped
+    when the call names a method or a model)."""
+    arguments = getattr(function, "args", None)
+    if arguments is None:
+        return None
+    names = [a.arg for a in arguments.posonlyargs + arguments.args]
+    if names and names[0] == "self":
+        names = names[1:]
+    for keyword in call.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    if name not in names:
+        return None
+    index = names.index(name)
+    positional = call.args[:next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)), len(call.args))]
+    return positional[index] if index < len(positional) else None
 
 
 def _assignments_of(where: Scope, expression: str, before: int) -> list[src.Assignment]:
@@ -93,6 +151,7 @@ def _inputs(where: Scope, assignment: src.Assignment, follow):
     if isinstance(value, ast.Call):
         callee = _callee(where, value)
         if callee is not None:
+            callee = Scope(callee.source, callee.node, callee.owner, called_from=(where, value))
             element = _element(assignment)
             for returned in (n for n in ast.walk(callee.node) if isinstance(n, ast.Return) and n.value is not None):
                 if src.enclosing_function(returned) is not callee.node:
@@ -172,3 +231,40 @@ def runtime_value(where: Scope, expression: ast.AST):
         except Exception:  # a user's property may raise anything
             return None
     return obj
+
+
+def live_scope(ctx, index: int) -> Scope | None:
+    """The scope of the user's frame `index`, with its values, whose parameters lead to what the
+    next frame out passed for them (`shards(shard_state, shard_size)` for `state`)."""
+    frame = ctx.frames[index]
+    source, node = ctx.frame_source(frame)
+    if source is None:
+        return None
+    values = {**frame.f_globals, **frame.f_locals}
+
+    def caller(name: str) -> tuple | None:
+        code = frame.f_code
+        if name not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] or index + 1 >= len(ctx.frames):
+            return None
+        outer = live_scope(ctx, index + 1)
+        stmt = src.innermost_statement(outer.node, ctx.frames[index + 1].f_lineno) if outer is not None else None
+        if stmt is None or not hasattr(node, "args"):
+            return None
+        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            if _runs(outer, call, code):
+                argument = argument_for(node, call, name)
+                return (outer, src.canonical(argument), stmt.lineno) if argument is not None else None
+        return None
+
+    return Scope(source, node, values.get("self"), values, caller=caller)
+
+
+def _runs(where: Scope, call: ast.Call, code) -> bool:
+    """Whether `call` runs the function whose code is `code`: the function, the method, or the
+    `__call__` / `forward` of the object it names."""
+    value = runtime_value(where, call.func)
+    if value is None:
+        return False
+    kind = type(value)
+    candidates = (value, getattr(value, "__func__", None), getattr(kind, "__call__", None), getattr(kind, "forward", None))
+    return any(getattr(c, "__code__", None) is code for c in candidates)

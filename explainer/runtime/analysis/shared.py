@@ -22,6 +22,7 @@ from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate, Located, class_source
+from .made_from import live_scope, made_from
 from .trained import optimizer_parameters, parameters_under, trained_by
 
 # A few more tensors shared the same way (peers' outputs); each costs a walk of its graph.
@@ -32,6 +33,12 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
             others: list[Candidate] = ()) -> Finding:
     """Used by two backward calls of one iteration: detach it for the update that must not
     train what made it, recompute it after the step, or sum the losses."""
+    if candidate.located is None:
+        # Bound here only where it cannot be changed (a helper's parameter, its shards): name it
+        # where it was made from the value the two graphs share.
+        meet = where_they_meet(ctx, candidate, previous)
+        if meet is not None:
+            candidate.located, candidate.name = meet, meet.target_text
     located, name = candidate.located, candidate.name
     between = ctx.steps_between(previous.tick, ctx.call.tick)
     _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row)
@@ -73,6 +80,37 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
         advice = "sum-losses"
     return finding("BX006", "run-shared", "second-backward", freed_graph(ctx, name, located, previous, advice),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
+
+
+def where_they_meet(ctx: Context, candidate: Candidate, previous: BackwardCall) -> Located | None:
+    """The assignment that both this backward's carrier and the previous call's loss were made
+    from, nearest to this backward, followed through the user's functions and the frames that
+    passed them down: `memory_bank`, made in a model's `forward` that returned both the decoder's
+    output and the classifier's logits, when only that output's shards are bound here."""
+    losses = [b for b in ctx.bindings() if id(b.value) in previous.root_ids and not b.steps
+              and b.value.grad_fn is not None]
+    if not losses:
+        return None
+
+    def origins(binding):
+        scope = live_scope(ctx, binding.frame_index)
+        if scope is None:
+            return []
+        row = ctx.frames[binding.frame_index].f_lineno
+        return list(made_from(scope, src.canonical(binding.expression), row, follow=lambda value: True,
+                              through_parameters=True))
+
+    def without_history(where, assignment) -> bool:
+        # Where the frame still runs its value tells: the batch both losses read is no graph.
+        value = where.values.get(src.canonical(assignment.target), None) if where.runs else None
+        return where.runs and not (isinstance(value, torch.Tensor) and value.grad_fn is not None)
+
+    theirs = {(id(a.stmt), id(a.target)) for _, a in origins(losses[0])}
+    for where, assignment in origins(candidate.binding):
+        if (id(assignment.stmt), id(assignment.target)) in theirs and not without_history(where, assignment):
+            return Located(where.source, where.node, assignment.stmt, assignment.target,
+                           where.source.segment(assignment.target), False)
+    return None
 
 
 def same_tensor_twice(ctx: Context, previous: BackwardCall) -> Finding | None:
