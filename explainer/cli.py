@@ -40,7 +40,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _codes(text: str) -> list[str]:
-    return [c.strip().upper() for c in text.split(",") if c.strip()]
+    """Comma-separated code prefixes, each of at least one known code: a typo in `--select`
+    would otherwise silently check nothing."""
+    from .causes import BY_CODE
+
+    codes = [c.strip().upper() for c in text.split(",") if c.strip()]
+    unknown = [c for c in codes if not any(known.startswith(c) for known in BY_CODE)]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown rule code {unknown[0]!r}; known: {', '.join(sorted(BY_CODE))}")
+    return codes
 
 
 def main(argv: list[str] | None = None) -> int:

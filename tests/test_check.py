@@ -181,7 +181,10 @@ def test_cli_json_shape_and_exit_codes(tmp_path):
     assert failed.returncode == 2 and "cannot parse" in failed.stderr
     # Not "All checks passed": one of the two was never checked.
     assert failed.stdout.strip() == "No diagnostics. 1 input could not be checked (stderr says why)."
-    assert run_check("--select", "NOPE1", "samples/").returncode == 0
+    unknown = run_check("--select", "BX001,NOPE1", "samples/")
+    assert unknown.returncode == 2 and "unknown rule code 'NOPE1'" in unknown.stderr and not unknown.stdout
+    assert run_check("--ignore", "ZZZ", "samples/").returncode == 2
+    assert run_check("--select", "bx00", "samples/rnn_hidden_chunks_fixed.py").returncode == 0
     assert run_check("no/such/path.py").returncode == 2
 
 
