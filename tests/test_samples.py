@@ -26,14 +26,9 @@ TWINS = [s for s in EVERY if s.fixed is not None]
 NOT_YET: dict[str, str] = {
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
-    "real/dreamer_value_step_before_action": "only the unsafe reorder: recomputing the imagined values "
-                                             "would need the imagination loop that fills them; the twin "
-                                             "updates the action model first",
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is named, but no fix: the "
                                             "twin changes the algorithm (target actions under no_grad, each "
                                             "agent's actor re-run with the others' actions from the buffer)",
-    "real/resample_retain_step": "recomputing after the step gives the weights' update the stepped "
-                                 "model; the twin runs both backward calls before either step",
 }
 # Causes whose carrier holds history of an earlier step: carried state, running totals, a
 # discarded detach, stored history, a graph retained across iterations.

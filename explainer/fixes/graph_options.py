@@ -8,7 +8,7 @@ from ..reading.source import Source
 from .edits import node_end, node_start
 
 
-def _insert_keyword(source: Source, call: ast.Call, keyword: str) -> Edit:
+def insert_keyword(source: Source, call: ast.Call, keyword: str) -> Edit:
     end = node_end(source, call)
     at = Location(end.row, end.column - 1)
     separator = ", " if (call.args or call.keywords) else ""
@@ -20,13 +20,13 @@ def add_create_graph(source: Source, call: ast.Call) -> Fix | None:
         return None
     return Fix("Pass `create_graph=True` to `autograd.grad`: its result feeds a loss, so the "
                "gradient itself must be differentiable and the graph kept for the final backward",
-               (_insert_keyword(source, call, "create_graph=True"),))
+               (insert_keyword(source, call, "create_graph=True"),))
 
 
 def add_retain_graph(source: Source, call: ast.Call, reason: str) -> Fix | None:
     if any(k.arg == "retain_graph" for k in call.keywords):
         return None
-    return Fix(reason, (_insert_keyword(source, call, "retain_graph=True"),))
+    return Fix(reason, (insert_keyword(source, call, "retain_graph=True"),))
 
 
 def drop_keyword(source: Source, call: ast.Call, name: str) -> Edit | None:

@@ -11,8 +11,8 @@ from dataclasses import replace
 import torch
 
 from ...fixes import graph_options, out_of_place, recompute_forward, split_loss
-from ...fixes.edits import delete_lines, insert_lines_after, node_start, statement_text
-from ...model import CallSite, Culprit, Evidence, Finding, Fix, Location
+from ...fixes.edits import apply_edits, delete_lines, insert_lines_after, node_start, statement_text
+from ...model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
 from ...reading import source as src
 from .. import graph, naming
 from ..errors import InplaceDetail, version_facts
@@ -23,7 +23,7 @@ from .inplace_in_module import explain_inplace_in_module
 from .loaded import explain_load, load_that_changed
 from .locate import Candidate, Located, callers_name, class_source, locate, name_of, reaching, source_of_class
 from .made_from import Scope, made_from, runtime_value
-from .trained import optimizer_parameters, parameters_under, trained_by
+from .trained import optimizer_parameters, parameters_under, reads_on_the_way, trained_by
 
 
 def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | None:
@@ -125,7 +125,12 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             stale = _stale_reads(ctx, recompute, optimizer_parameters(steps))
             fixes.append(Fix(recompute.message, edits, "unsafe" if stale else "safe"))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
-        fixes.append(_reorder_step(source, scope, step, failing))
+        after = _update_after(ctx, source, scope, step, failing)
+        if after is not None and _ascends_what_it_descended(ctx):
+            # One objective, two players: each takes its gradient at the same weights.
+            fixes.insert(0, after)
+        else:
+            fixes.append(after or _reorder_step(source, scope, step, failing))
     located = carrier.located if carrier is not None else None
     culprits = []
     if located is not None:
@@ -385,6 +390,113 @@ def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
     edits = (delete_lines(source, step_stmt), insert_lines_after(source, failing, statement_text(source, step_stmt)))
     return Fix(f"Move `{source.segment(step_stmt)}` after this backward, the last one that needs the "
                f"old weights (changes which gradients that step sees)", edits, "unsafe")
+
+
+def _update_after(ctx, source, scope, step: StepCall, failing) -> Fix | None:
+    """`value_opt.zero_grad(); value_loss.backward(retain_graph=True); value_opt.step()`, then
+    `action_loss.backward()` through the graph that step changed: the whole update of
+    `value_opt`, from its `zero_grad()` to its `step()`, moves after the update this backward
+    belongs to (after the next step), and this backward keeps the graph for it. Both gradients
+    are then taken at the weights the graph was built with, each from its own loss (the moved
+    `zero_grad()` clears what this backward left in `value_opt`'s parameters): each optimizer
+    steps with the gradients the code meant it to, so the fix is safe where nothing between the
+    two places writes in place and the moved backward needs no weight the other step changes. Where the moved loss reaches parameters of the
+    optimizer that now steps first (the imagination the value model reads, made by the action
+    model), its backward is kept to its own optimizer's parameters with `inputs=`."""
+    if source is None or failing is None or step.filename != source.filename:
+        return None
+    step_stmt = src.innermost_statement(scope, step.row)
+    block = src.enclosing_block(failing)
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    stepped = src.call_receiver(step_stmt, "step") if isinstance(step_stmt, ast.Expr) else None
+    call = src.call_named(failing, "backward")
+    if stepped is None or id(step_stmt) not in at or call is None or at[id(step_stmt)] >= at[id(failing)]:
+        return None
+    last = at[id(step_stmt)]
+    zeroed = [i for i in range(last) if isinstance(block[i], ast.Expr)
+              and src.canonical(src.call_receiver(block[i], "zero_grad") or block[i]) == src.canonical(stepped)]
+    if not zeroed:
+        return None
+    moved = block[zeroed[-1]:last + 1]
+    if not any(src.call_named(stmt, "backward") is not None for stmt in moved):
+        return None
+    end = next((stmt for stmt in block[at[id(failing)]:] if src.call_receiver(stmt, "step") is not None), failing)
+    bound = {name for stmt in moved for target in src.targets_of(stmt) for name in src.names_read(target)}
+    if bound & {name for stmt in block[last + 1:at[id(end)] + 1] for name in src.names_read(stmt)}:
+        return None  # a statement before the new place reads what the moved ones make
+    retain = graph_options.add_retain_graph(source, call, "")
+    first, final = moved[0].lineno, moved[-1].end_lineno
+    text = source.text
+    backward = [c for stmt in moved for c in [src.call_named(stmt, "backward")] if c is not None]
+    loss = ctx.lookup(src.canonical(backward[0].func.value), source.filename) \
+        if len(backward) == 1 and isinstance(backward[0].func, ast.Attribute) else None
+    if len(backward) != 1 or not isinstance(loss, torch.Tensor):
+        return None
+    first_stepping = ctx.lookup(src.canonical(src.call_receiver(end, "step")), source.filename) \
+        if end is not failing else None
+    if not isinstance(first_stepping, torch.optim.Optimizer) or step.optimizer() is None \
+            or not _only_updates(block[last + 1:at[id(end)] + 1]):
+        return None
+    own, changed = trained_by(step.optimizer()), trained_by(first_stepping)
+    if reads_on_the_way(loss.grad_fn, own, changed, _VIEWS):
+        return None  # the moved backward would still need weights the other step changed
+    if parameters_under(loss.grad_fn) & changed:
+        if any(k.arg == "inputs" for k in backward[0].keywords):
+            return None
+        own = f"[p for group in {source.segment(stepped)}.param_groups for p in group['params']]"
+        text = apply_edits(text, [graph_options.insert_keyword(source, backward[0], f"inputs={own}")])
+    lines = text.splitlines()[first - 1:final]
+    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
+             insert_lines_after(source, end, lines, indent=""), *(retain.edits if retain is not None else ()))
+    following = f"`{source.segment(end)}` (line {end.lineno})"
+    return Fix(f"Move the update of `{source.segment(stepped)}` (lines {first}-{final}) after {following}, and keep "
+               f"this backward's graph for it with `retain_graph=True`: both backward calls then go through the "
+               f"weights the graph was built with, and each optimizer steps with the gradients of its own loss "
+               f"(the moved `zero_grad()` clears what this backward left in its parameters)", edits, "safe")
+
+
+def _ascends_what_it_descended(ctx) -> bool:
+    """`loss += loss_ood` back-propagated for the model, then `loss_w = -loss_ood` for the
+    resampling weights: this backward's loss is the negation (or a multiple) of a term of the
+    loss the previous backward went through. Two players of one objective, each meant to get
+    its gradient at the same point, not the second at the weights the first one's step made."""
+    previous = ctx.previous
+    if previous is None or len(ctx.roots) != 1 or ctx.roots[0].grad_fn is None:
+        return False
+    node = ctx.roots[0].grad_fn
+    inputs = [child for child, _ in node.next_functions if child is not None]
+    if type(node).__name__ not in ("NegBackward0", "MulBackward0") or len(inputs) != 1:
+        return False
+    frontier = [b.value.grad_fn for b in ctx.bindings()
+                if id(b.value) in previous.root_ids and b.value.grad_fn is not None]
+    seen: set[int] = set()
+    while frontier:
+        sums = frontier.pop()
+        if sums is inputs[0]:
+            return True
+        if type(sums).__name__ in ("AddBackward0", "SubBackward0") and id(sums) not in seen:
+            seen.add(id(sums))
+            frontier.extend(child for child, _ in sums.next_functions if child is not None)
+    return False
+
+
+# Calls that change gradients or weights, never a tensor a graph saved.
+_UPDATES = frozenset({"backward", "step", "zero_grad", "clip_grad_norm_", "clip_grad_value_"})
+
+
+def _only_updates(statements) -> bool:
+    """Whether `statements` only make new values and update (backward, clip, step): nothing in
+    them writes into a tensor in place that the moved backward's graph could have saved."""
+    for stmt in statements:
+        if isinstance(stmt, ast.AugAssign) or any(not isinstance(t, ast.Name) for t in src.targets_of(stmt)):
+            return False
+        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name.endswith("_") and not name.endswith("__") and name not in _UPDATES:
+                return False
+        if not isinstance(stmt, (ast.Assign, ast.Expr)):
+            return False
+    return True
 
 
 def _manual_update(ctx, source, scope, failing, parameter, parameter_name: str | None) -> StepCall | None:

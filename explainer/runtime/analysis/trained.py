@@ -62,3 +62,39 @@ def trained_by(optimizer) -> set[int]:
     if optimizer is None:
         return set()
     return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+
+def reads_on_the_way(grad_fn, targets: set[int], changed: set[int], views: frozenset[str]) -> bool:
+    """Whether a node on a path from `grad_fn` to one of the leaves `targets` takes one of the
+    leaves `changed` as an input (directly or through views): it saved that tensor to compute the
+    gradient of its other inputs, so a backward kept to `targets` still needs it unchanged.
+    True when the walk could not see the whole graph."""
+    if grad_fn is None:
+        return False
+    walked = graph.walk([grad_fn])
+    if not walked.complete:
+        return True
+    on_the_way = {key for key, node in walked.nodes.items()
+                  if graph.is_leaf(node) and id(graph.leaf_variable(node)) in targets}
+    pending = list(on_the_way)
+    while pending:
+        for consumer in walked.consumers.get(pending.pop(), []):
+            if consumer not in on_the_way:
+                on_the_way.add(consumer)
+                pending.append(consumer)
+
+    def takes_changed(node) -> bool:
+        frontier, seen = [node], set()
+        while frontier:
+            for child, _ in frontier.pop().next_functions:
+                if child is None or id(child) in seen:
+                    continue
+                seen.add(id(child))
+                if graph.is_leaf(child):
+                    if id(graph.leaf_variable(child)) in changed:
+                        return True
+                elif type(child).__name__ in views:
+                    frontier.append(child)
+        return False
+
+    return any(not graph.is_leaf(walked.nodes[key]) and takes_changed(walked.nodes[key]) for key in on_the_way)
