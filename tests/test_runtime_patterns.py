@@ -668,3 +668,46 @@ def test_a_soft_update_by_load_state_dict_is_named_where_the_graph_read_the_weig
         ("target[2].weight", 9), ("target[2].weight", 14)]
     assert "`target.load_state_dict(mixed)` (line 14)" in finding["message"]
     assert not any(fix["applicability"] == "safe" for fix in finding["fixes"])
+
+
+ACTOR_CRITIC_RETAINED = """
+    import torch
+
+    actor, critic = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    actor_opt = torch.optim.SGD(actor.parameters(), lr=0.1)
+    critic_opt = torch.optim.SGD(critic.parameters(), lr=0.1)
+    for _ in range(2):
+        s = torch.randn(8, 4)
+        q = critic(torch.tanh(actor(s)))
+        critic_loss = (q - 1).pow(2).mean()
+        critic_opt.zero_grad()
+        critic_loss.backward(retain_graph=True)
+        critic_opt.step()
+        actor_loss = -q.mean()
+        actor_opt.zero_grad()
+        actor_loss.backward()
+        actor_opt.step()
+"""
+
+
+@pytest.mark.parametrize("between, moved", [("", True), ("s.mul_(2)", False)])
+def test_an_update_moves_after_the_next_only_where_nothing_between_writes_in_place(between, moved, explain_run,
+                                                                                  tmp_path):
+    """The critic's update (zero_grad to step) moved after the actor's, its backward kept to the
+    critic's weights: safe and runs. A write in place between the two places could change what
+    the moved backward's graph saved, so then it is not offered."""
+    code = textwrap.dedent(ACTOR_CRITIC_RETAINED).lstrip()
+    if between:
+        code = code.replace("    actor_loss = -q.mean()\n", f"    {between}\n    actor_loss = -q.mean()\n")
+        assert between in code
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fixes = [f for f in explain_run(script).findings[0]["fixes"] if f["message"].startswith("Move the update of")]
+    assert len(fixes) == int(moved)
+    if moved:
+        assert fixes[0]["applicability"] == "safe"
+        assert any("inputs=[p for group in critic_opt.param_groups" in e["content"] for e in fixes[0]["edits"])
+        patched = tmp_path / "patched.py"
+        patched.write_text(apply_edits(code, Fix.from_json(fixes[0]).edits))
+        after = explain_run(patched)
+        assert (after.returncode, after.findings) == (0, []), after.stderr
