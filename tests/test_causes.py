@@ -13,10 +13,11 @@ from explainer import causes
 from explainer.causes.cause import DOCS
 from explainer.fixes.edits import apply_edits
 from explainer.model import CallSite, Evidence, Finding, Location
-from explainer.static.check import check_text
+from explainer.static.check import check_paths, check_text
 from explainer.static.rules import BY_CODE as RULES
 
-STATIC = [c for c in causes.CAUSES if not c.runtime_only]
+STATIC = [c for c in causes.CAUSES if not c.runtime_only and not c.parse_error]
+PARSE_ERRORS = [c for c in causes.CAUSES if c.parse_error]
 RUNTIME_ONLY = [c for c in causes.CAUSES if c.runtime_only]
 
 
@@ -62,6 +63,15 @@ def test_a_valid_case_is_silent(code, case):
     assert check_text(textwrap.dedent(case.code), "valid.py") == []
 
 
+@pytest.mark.parametrize("cause", PARSE_ERRORS, ids=lambda c: c.code)
+def test_code_that_does_not_parse_is_reported_by_check_and_its_use_instead_is_not(cause, tmp_path):
+    example, fixed = tmp_path / "example.py", tmp_path / "use_instead.py"
+    example.write_text(cause.example + "\n")
+    fixed.write_text(cause.use_instead + "\n")
+    assert [d.code for d in check_paths([str(example)]).diagnostics] == [cause.code]
+    assert check_paths([str(fixed)]).diagnostics == []
+
+
 @pytest.mark.parametrize("cause", RUNTIME_ONLY, ids=lambda c: c.code)
 def test_a_runtime_only_example_is_explained_with_its_code_and_its_use_instead_runs(cause, tmp_path):
     example, fixed = tmp_path / "example.py", tmp_path / "use_instead.py"
@@ -80,7 +90,8 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "api": "grad", "change": "h += 1", "saver": "relu", "built": "q", "manual": False, "expected_version": 0,
          "version": 1, "graph_nodes": 20000, "kept": "buffer.items.log_probs", "via": "buffer.add(samples)",
          "via_row": 8, "read": 4, "module": "self.layer", "caller": "loss = closure()", "caller_row": 12,
-         "grad_off": "`@torch.no_grad()` on `step`", "made": "self.fake_B", "detached_row": 6, "plain_rows": "7"}
+         "grad_off": "`@torch.no_grad()` on `step`", "made": "self.fake_B", "detached_row": 6, "plain_rows": "7",
+         "error": "invalid syntax"}
 
 
 def evidence(**changes) -> Evidence:

@@ -177,10 +177,18 @@ def test_cli_json_shape_and_exit_codes(tmp_path):
     assert (clean.returncode, clean.stdout.strip()) == (0, "All checks passed.")
     broken = tmp_path / "broken.py"
     broken.write_text("def f(:\n")
-    failed = run_check(str(broken), "samples/rnn_hidden_chunks_fixed.py")
-    assert failed.returncode == 2 and "cannot parse" in failed.stderr
-    # Not "All checks passed": one of the two was never checked.
-    assert failed.stdout.strip() == "No diagnostics. 1 input could not be checked (stderr says why)."
+    # A file that does not parse is a diagnostic (BX000) at the parser's position, as ruff
+    # reports one; the other files are checked all the same, and the run exits 1.
+    failed = run_check("--format", "json", str(broken), "samples/rnn_hidden_chunks.py")
+    assert failed.returncode == 1 and not failed.stderr
+    assert [(d["code"], d["filename"], d["location"]) for d in json.loads(failed.stdout)] == [
+        ("BX000", str(broken), {"row": 1, "column": 7}), ("BX001", "samples/rnn_hidden_chunks.py", {"row": 19, "column": 10})]
+    assert "does not parse" in json.loads(failed.stdout)[0]["message"]
+    python2 = tmp_path / "python2.py"
+    python2.write_text("for x in data:\n    print x\n")
+    text = run_check(str(python2), "samples/rnn_hidden_chunks_fixed.py")
+    assert text.returncode == 1 and f"{python2}:2:5: BX000 " in text.stdout and "All checks passed" not in text.stdout
+    assert run_check("--ignore", "BX000", str(python2)).returncode == 0
     unknown = run_check("--select", "BX001,NOPE1", "samples/")
     assert unknown.returncode == 2 and "unknown rule code 'NOPE1'" in unknown.stderr and not unknown.stdout
     assert run_check("--ignore", "ZZZ", "samples/").returncode == 2
@@ -287,8 +295,9 @@ def test_a_notebook_finding_has_the_same_cell_in_check_and_in_the_editor(tmp_pat
 def test_notebook_cell_that_does_not_parse_is_skipped_and_reported(tmp_path):
     notebook = write_notebook(tmp_path / "broken.ipynb", [*RNN_NOTEBOOK, ("code", "def broken(:\n    pass")])
     result = run_check("--format", "json", str(notebook))
-    assert [d["code"] for d in json.loads(result.stdout)] == ["BX001"]
-    assert result.returncode == 2 and "cell 5:1: cannot parse" in result.stderr
+    assert sorted((d["code"], d["cell"], d["location"]["row"]) for d in json.loads(result.stdout)) == [
+        ("BX000", 5, 1), ("BX001", 3, 4)]
+    assert result.returncode == 1 and not result.stderr
     (tmp_path / "bad.ipynb").write_text("{not json")
     (tmp_path / "r.ipynb").write_text(json.dumps({"cells": [], "metadata": {"kernelspec": {"language": "R"}}}))
     bad = run_check(str(tmp_path / "bad.ipynb"), str(tmp_path / "r.ipynb"))
@@ -313,7 +322,8 @@ def test_fix_rewrites_only_the_fixed_lines_of_a_notebook(tmp_path):
     notebook = write_notebook(tmp_path / "rnn.ipynb", [*RNN_NOTEBOOK, ("code", "def broken(:\n    pass")])
     original = notebook.read_text()
     result = run_check("--fix", str(notebook))
-    assert "(1 fixed, 0 remaining)" in result.stdout
+    # The cell that does not parse is what remains: BX000, in cell 5, untouched.
+    assert "(1 fixed, 1 remaining)" in result.stdout and ":cell 5:1:12: BX000 " in result.stdout
     changed = [(a, b) for a, b in zip(original.splitlines(), notebook.read_text().splitlines()) if a != b]
     assert changed == [('    "    hidden = rnn(x, hidden)\\n",', '    "    hidden = rnn(x, hidden.detach())\\n",')]
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import (
+    bx000_syntax_error,
     bx001_carried_state,
     bx002_running_total,
     bx003_discarded_detach,
@@ -180,7 +181,8 @@ def advice_of(finding) -> str:
 
 
 CAUSES: tuple[Cause, ...] = tuple(module.CAUSE for module in (
-    bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once, bx005_stored_history,
+    bx000_syntax_error, bx001_carried_state, bx002_running_total, bx003_discarded_detach, bx004_made_once,
+    bx005_stored_history,
     bx006_shared_graph, bx007_step_before_backward, bx008_retained_across_iterations, bx009_loss_without_history,
     bx010_grad_frees_graph, bx011_changed_in_place, bx012_freed_graph))
 BY_CODE: dict[str, Cause] = {cause.code: cause for cause in CAUSES}

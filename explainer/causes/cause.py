@@ -32,6 +32,8 @@ class Cause:
     # Where the checker cannot see the cause, the examples are whole scripts that run: the
     # example raises the error and is explained with this code, the fixed one runs clean.
     runtime_only: bool = False
+    # Found by parsing, not by a rule: code that does not parse (its examples go through `check`).
+    parse_error: bool = False
     severity: str = "error"
 
     def doc_page(self) -> str:

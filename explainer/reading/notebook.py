@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from ..model import Edit, Finding, Fix, Location
 from . import source as src
@@ -153,11 +154,20 @@ class Notebook:
         return text
 
 
-def without_unparseable_cells(build) -> tuple[Notebook, list[str]]:
-    """`build(hidden)`, with every cell that does not parse hidden, and one line per hidden cell
-    (`cell N:ROW: cannot parse: ...`). Raises NotebookError when hiding a cell does not help."""
+class Unparsed(NamedTuple):
+    """A notebook cell left out because it does not parse: where, and the parser's message."""
+
+    cell: int
+    row: int  # within the cell
+    column: int
+    message: str
+
+
+def without_unparseable_cells(build) -> tuple[Notebook, list[Unparsed]]:
+    """`build(hidden)`, with every cell that does not parse hidden, and one record per hidden
+    cell. Raises NotebookError when hiding a cell does not help."""
     hidden: set[int] = set()
-    skipped: list[str] = []
+    skipped: list[Unparsed] = []
     while True:
         notebook = build(frozenset(hidden))
         try:
@@ -170,13 +180,13 @@ def without_unparseable_cells(build) -> tuple[Notebook, list[str]]:
             if cell in hidden:
                 raise NotebookError(f"cannot parse: {error.msg}") from error
             hidden.add(cell)
-            skipped.append(f"cell {cell}:{row}: cannot parse: {error.msg} (cell skipped)")
+            skipped.append(Unparsed(cell, row, max(1, error.offset or 1), error.msg))
         except UnicodeEncodeError as error:  # a lone surrogate ("\ud800" in the JSON) is not text
             cell, row = notebook.cell_of(notebook.text.count("\n", 0, error.start) + 1)
             if cell in hidden:
                 raise NotebookError(f"cannot parse: {error.reason}") from error
             hidden.add(cell)
-            skipped.append(f"cell {cell}:{row}: cannot parse: {error.reason} (cell skipped)")
+            skipped.append(Unparsed(cell, row, 1, error.reason))
 
 
 def _token(raw: str) -> str:

@@ -9,11 +9,11 @@ import threading
 import tokenize
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..fixes.edits import apply_edits
-from ..model import Finding, Fix
+from ..model import Evidence, Finding, Fix, Location
 from ..reading import source as src
 from ..reading.notebook import Notebook, NotebookError, without_unparseable_cells
 from .module import CheckedModule
@@ -114,7 +114,12 @@ def _check_file(path: Path, report: Report, select, ignore, fix: bool) -> None:
             raw = _fix_file(path, raw, report, select, ignore, lambda text: text)
         found = check_text(raw, str(path), select, ignore)
     except (SyntaxError, ValueError) as error:
-        report.errors.append(f"{path}: cannot parse: {_one_line(error)}")
+        if not isinstance(error, SyntaxError) or error.lineno is None:
+            # Code Python parses but nests deeper than the rules can follow: not the user's error.
+            report.errors.append(f"{path}: cannot parse: {_one_line(error)}")
+        elif _enabled("BX000", select, ignore):
+            report.diagnostics.append(does_not_parse(str(path), error.lineno, error.offset or 1, error.msg))
+            report.lines[(str(path), None)] = list(src.split_lines(raw))
         return
     if found:
         report.diagnostics.extend(found)
@@ -123,7 +128,7 @@ def _check_file(path: Path, report: Report, select, ignore, fix: bool) -> None:
 
 def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: bool) -> None:
     try:
-        notebook = _parseable_notebook(path, raw, report)
+        notebook = _parseable_notebook(path, raw, report, select=select, ignore=ignore)
     except NotebookError as error:
         report.errors.append(f"{path}: {_one_line(error)}")
         return
@@ -143,12 +148,22 @@ def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: b
         report.lines[(str(path), cell)] = notebook.cell_lines(cell)
 
 
-def _parseable_notebook(path: Path, raw: str, report: Report, quiet: bool = False) -> Notebook:
-    """The notebook with cells that don't parse left out (and reported)."""
+def _parseable_notebook(path: Path, raw: str, report: Report, quiet: bool = False,
+                        select=None, ignore=None) -> Notebook:
+    """The notebook with cells that don't parse left out (each reported as BX000)."""
     notebook, skipped = without_unparseable_cells(lambda hidden: Notebook.read(str(path), raw, hidden))
-    if not quiet:
-        report.errors.extend(f"{path}: {line}" for line in skipped)
+    if not quiet and _enabled("BX000", select, ignore):
+        for cell in skipped:
+            report.diagnostics.append(replace(does_not_parse(str(path), cell.row, cell.column, cell.message),
+                                              cell=cell.cell))
+            report.lines[(str(path), cell.cell)] = notebook.cell_lines(cell.cell)
     return notebook
+
+
+def does_not_parse(filename: str, row: int, column: int, message: str) -> Finding:
+    """The BX000 diagnostic of code that does not parse, at the parser's position."""
+    return Finding("BX000", "syntax", filename, Location(row, column), Location(row, column + 1),
+                   Evidence(facts=(("error", message),)))
 
 
 def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize) -> str:
