@@ -20,12 +20,13 @@ SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 def render_sarif(diagnostics: list[Finding], root: str | None = None) -> str:
     root = os.path.abspath(root or os.getcwd())
     index = {cause.code: i for i, cause in enumerate(CAUSES)}
+    docs = docs_site()
     run = {
         "tool": {"driver": {
             "name": "backward-explainer",
             "semanticVersion": __version__,
             "informationUri": "https://pypi.org/project/backward-explainer/",
-            "rules": [_rule(cause) for cause in CAUSES],
+            "rules": [_rule(cause, docs) for cause in CAUSES],
         }},
         "originalUriBaseIds": {"%SRCROOT%": {"uri": Path(root).as_uri() + "/"}},
         "columnKind": "unicodeCodePoints",
@@ -34,16 +35,34 @@ def render_sarif(diagnostics: list[Finding], root: str | None = None) -> str:
     return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
 
 
-def _rule(cause: Cause) -> dict:
+def _rule(cause: Cause, docs: str | None) -> dict:
+    # A SARIF file is uploaded and read elsewhere: the docs pages' `file://` paths on the machine
+    # that ran the check would be broken links there. The whole page goes in `help` instead,
+    # and `helpUri` only where the package names a documentation site.
     return {
         "id": cause.code,
         "name": cause.name,
         "shortDescription": {"text": cause.title},
         "fullDescription": {"text": cause.title},
-        "helpUri": cause.url,
+        **({"helpUri": f"{docs.rstrip('/')}/{cause.code}.md"} if docs else {}),
         "help": {"text": cause.doc_page(), "markdown": cause.doc_page()},
         "defaultConfiguration": {"level": _LEVEL[cause.severity]},
     }
+
+
+def docs_site() -> str | None:
+    """The package's `Documentation` project URL (pyproject.toml's `[project.urls]`), if any."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        urls = metadata("backward-explainer").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("documentation", "docs") and url.strip().startswith("https://"):
+            return url.strip()
+    return None
 
 
 _LEVEL = {"error": "error", "warning": "warning"}
