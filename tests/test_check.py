@@ -481,3 +481,29 @@ def test_sarif_links_rules_to_the_documentation_site_the_package_names(monkeypat
     monkeypatch.setattr(importlib.metadata, "metadata", lambda name: Metadata())
     rules = json.loads(render_sarif([]))["runs"][0]["tool"]["driver"]["rules"]
     assert [r["helpUri"] for r in rules][:2] == ["https://example.org/rules/BX000.md", "https://example.org/rules/BX001.md"]
+
+
+def test_sarif_points_notebook_results_at_the_rows_of_the_file_that_hold_the_cells_lines(tmp_path):
+    """A SARIF region is rows of the file's text: a notebook's result points at the row of its
+    JSON that holds the cell's line (Jupyter writes one source line per row), a cell that does
+    not parse too."""
+    notebook = write_notebook(tmp_path / "rnn.ipynb", [*RNN_NOTEBOOK, ("code", "x = 1\ndef broken(:\n    pass")])
+    result = run_check("--format", "sarif", str(notebook))
+    rows = notebook.read_text().splitlines()
+    found = {r["ruleId"]: r["locations"][0]["physicalLocation"]["region"] for r in json.loads(result.stdout)["runs"][0]["results"]}
+    assert found["BX001"]["startLine"] == found["BX001"]["endLine"]
+    assert '"    hidden = rnn(x, hidden)\\n",' in rows[found["BX001"]["startLine"] - 1]
+    assert '"def broken(:\\n",' in rows[found["BX000"]["startLine"] - 1]
+
+
+@pytest.mark.parametrize("raw, rows", [
+    ('{"cells": [{"cell_type": "code", "source": ["a = 1\\n", "b = 2"]}]}', {1: [1, 1]}),
+    ('{"cells": [\n {"source": "# md", "cell_type": "markdown"},\n {"source": [\n  "a\\n",\n  "b"\n ]}\n]}',
+     {1: [2], 2: [4, 5]}),
+    ('{"cells": [{"source": "one\\ntwo"}]}', {1: [1, 1]}),
+    ("{not json", {}),
+])
+def test_source_lines_are_found_in_the_notebook_file(raw, rows):
+    from explainer.reading.notebook import source_lines_in_file
+
+    assert source_lines_in_file(raw) == rows

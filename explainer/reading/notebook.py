@@ -7,6 +7,7 @@ original IPython lines restored. Diagnostics are mapped to (cell, row in cell).
 """
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from dataclasses import dataclass, replace
@@ -230,3 +231,89 @@ def _is_ipython(text: str) -> bool:
     if re.match(r"^[\w.]+\s*=\s*[!%]", stripped):
         return True
     return stripped.endswith("?") and not stripped.startswith("#") and re.match(r"^[\w.\[\]()]+\?\??$", stripped) is not None
+
+
+def source_lines_in_file(raw: str) -> dict[int, list[int]]:
+    """Where each cell's source lines are in the notebook's own JSON text: cell number (from 1,
+    markdown cells counted) -> the file row of each of its source lines. Jupyter writes
+    `"source"` as a list of strings, one per line, each on a row of its own; a cell whose source
+    is one string has all its lines on the row that string starts on. Empty for text that is not
+    a notebook's JSON."""
+    newlines = [i for i, char in enumerate(raw) if char == "\n"]
+
+    def row_at(offset: int) -> int:
+        return bisect.bisect_right(newlines, offset - 1) + 1
+
+    try:
+        document, _ = _Positions(raw, row_at).value(_skip_space(raw, 0))
+    except (ValueError, IndexError, RecursionError):
+        return {}
+    cells = document.get("cells") if isinstance(document, dict) else None
+    rows: dict[int, list[int]] = {}
+    for number, cell in enumerate(cells if isinstance(cells, list) else [], 1):
+        source = cell.get("source") if isinstance(cell, dict) else None
+        if isinstance(source, _At) and isinstance(source.value, str):
+            rows[number] = [source.row] * (source.value.count("\n") + 1)
+        elif isinstance(source, list):
+            rows[number] = [row for item in source if isinstance(item, _At) and isinstance(item.value, str)
+                            for row in [item.row] * max(1, item.value.count("\n"))]
+    return rows
+
+
+class _At(NamedTuple):
+    """A JSON string, with the file row it starts on."""
+
+    value: str
+    row: int
+
+
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _skip_space(raw: str, at: int) -> int:
+    return _SPACE.match(raw, at).end()
+
+
+class _Positions:
+    """A JSON reader that keeps, for every string, the row it starts on (json.loads keeps none)."""
+
+    def __init__(self, raw: str, row_at) -> None:
+        self.raw, self.row_at = raw, row_at
+
+    def value(self, at: int):
+        raw = self.raw
+        char = raw[at]
+        if char == '"':
+            text, end = json.decoder.scanstring(raw, at + 1)
+            return _At(text, self.row_at(at)), end
+        if char == "{":
+            result, at = {}, _skip_space(raw, at + 1)
+            while raw[at] != "}":
+                if raw[at] != '"':
+                    raise ValueError("expected a key")
+                key, at = json.decoder.scanstring(raw, at + 1)
+                at = _skip_space(raw, at)
+                if raw[at] != ":":
+                    raise ValueError("expected ':'")
+                result[key], at = self.value(_skip_space(raw, at + 1))
+                at = _skip_space(raw, at)
+                if raw[at] == ",":
+                    at = _skip_space(raw, at + 1)
+            return result, at + 1
+        if char == "[":
+            items, at = [], _skip_space(raw, at + 1)
+            while raw[at] != "]":
+                item, at = self.value(at)
+                items.append(item)
+                at = _skip_space(raw, at)
+                if raw[at] == ",":
+                    at = _skip_space(raw, at + 1)
+            return items, at + 1
+        for literal, meaning in (("true", True), ("false", False), ("null", None)):
+            if raw.startswith(literal, at):
+                return meaning, at + len(literal)
+        number = _NUMBER.match(raw, at)
+        if number is None:
+            raise ValueError(f"unexpected {char!r}")
+        return float(number.group()), number.end()

@@ -1,8 +1,8 @@
 """Static diagnostics as SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
 
 Columns are Unicode code points (`columnKind`), as in our data model. Notebook diagnostics point
-at the notebook file; the cell is named in the message, because SARIF regions are rows of the
-file's text and a notebook's cells are not.
+at the notebook file, at the rows of its JSON text that hold the cell's source lines (a SARIF
+region is rows of the file's text, not of a cell); the cell is named in the message too.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import __version__
 from ..causes import CAUSES, Cause
 from ..model import Finding, Location
+from ..reading.notebook import source_lines_in_file
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -21,6 +22,7 @@ def render_sarif(diagnostics: list[Finding], root: str | None = None) -> str:
     root = os.path.abspath(root or os.getcwd())
     index = {cause.code: i for i, cause in enumerate(CAUSES)}
     docs = docs_site()
+    notebooks: dict[str, dict[int, list[int]]] = {}
     run = {
         "tool": {"driver": {
             "name": "backward-explainer",
@@ -30,7 +32,7 @@ def render_sarif(diagnostics: list[Finding], root: str | None = None) -> str:
         }},
         "originalUriBaseIds": {"%SRCROOT%": {"uri": Path(root).as_uri() + "/"}},
         "columnKind": "unicodeCodePoints",
-        "results": [_result(d, index, root) for d in diagnostics],
+        "results": [_result(d, index, root, notebooks) for d in diagnostics],
     }
     return json.dumps({"$schema": SCHEMA, "version": "2.1.0", "runs": [run]}, indent=2)
 
@@ -80,10 +82,28 @@ def _region(start: Location, end: Location) -> dict:
     return {"startLine": start.row, "startColumn": start.column, "endLine": end.row, "endColumn": end.column}
 
 
-def _result(diagnostic: Finding, index: dict[str, int], root: str) -> dict:
+def _cell_region(diagnostic: Finding, notebooks: dict) -> dict | None:
+    """The rows of the notebook file that hold the diagnostic's lines of its cell (whole rows:
+    a row there is a JSON string, whose columns are not the cell's)."""
+    if diagnostic.filename not in notebooks:
+        try:
+            raw = Path(diagnostic.filename).read_text(encoding="utf-8")
+        except (OSError, UnicodeError):
+            raw = ""
+        notebooks[diagnostic.filename] = source_lines_in_file(raw)
+    rows = notebooks[diagnostic.filename].get(diagnostic.cell, [])
+    start, end = diagnostic.location.row, diagnostic.end_location.row
+    if not 0 < start <= end <= len(rows):
+        return None
+    return {"startLine": rows[start - 1], "endLine": rows[end - 1]}
+
+
+def _result(diagnostic: Finding, index: dict[str, int], root: str, notebooks: dict) -> dict:
     message = diagnostic.message
+    region = _region(diagnostic.location, diagnostic.end_location)
     if diagnostic.cell is not None:
         message = f"cell {diagnostic.cell}, line {diagnostic.location.row}: {message}"
+        region = _cell_region(diagnostic, notebooks)
     result = {
         "ruleId": diagnostic.code,
         "ruleIndex": index[diagnostic.code],
@@ -91,8 +111,7 @@ def _result(diagnostic: Finding, index: dict[str, int], root: str) -> dict:
         "message": {"text": message},
         "locations": [{"physicalLocation": {
             "artifactLocation": _artifact(diagnostic.filename, root),
-            **({} if diagnostic.cell is not None else
-               {"region": _region(diagnostic.location, diagnostic.end_location)}),
+            **({"region": region} if region is not None else {}),
         }}],
     }
     fix = diagnostic.fix
