@@ -228,9 +228,35 @@ def _constructor(node: ast.AST, scope: ast.AST, before: int) -> ast.Call | None:
 def _is_optimizer(node: ast.AST, scope: ast.AST, before: int) -> bool:
     made = _constructor(node, scope, before)
     if made is not None:
-        return "optim" in src.canonical(made.func) and "lr_scheduler" not in src.canonical(made.func)
+        made_by = spelled_in_full(made.func, src.module_of(scope))
+        return ("optim" in made_by or made_by.rsplit(".", 1)[-1] in _OPTIMIZER_CLASSES) and "lr_scheduler" not in made_by
     name = src.canonical(node).lower()
     return "opt" in name and "sched" not in name
+
+
+# Optimizer classes by the names other packages export them under too (`from transformers import
+# AdamW`, `from lion_pytorch import Lion`).
+_OPTIMIZER_CLASSES = frozenset({
+    "SGD", "Adam", "AdamW", "Adamax", "Adagrad", "Adadelta", "RMSprop", "Rprop", "ASGD", "NAdam", "RAdam",
+    "LBFGS", "SparseAdam", "Adafactor", "Lion", "LAMB", "Lamb", "AdaBelief", "Lookahead", "SAM"})
+
+
+def spelled_in_full(func: ast.AST, tree: ast.AST) -> str:
+    """What a called name is, through the file's imports: `torch.optim.Adam` for `Adam` after
+    `from torch.optim import Adam`, or for `O.Adam` after `import torch.optim as O`; the name as
+    written when no import binds it."""
+    text = src.canonical(func)
+    head, _, rest = text.partition(".")
+    for node in src.all_nodes(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            bound = [a.name for a in node.names if (a.asname or a.name) == head]
+            if bound:
+                return ".".join(part for part in (node.module, bound[0], rest) if part)
+        elif isinstance(node, ast.Import):
+            bound = [a.name for a in node.names if a.asname == head]
+            if bound:
+                return ".".join(part for part in (bound[0], rest) if part)
+    return text
 
 
 def _updated_modules(optimizer: ast.AST, scope: ast.AST, before: int) -> frozenset[str] | None:

@@ -115,6 +115,32 @@ INVALID: list[Invalid] = [
             G_loss.backward()
             opt_G.step()
     """),
+    Invalid("optimizers imported by class name (`from torch.optim import Adam, RMSprop`)", """
+        from torch.optim import Adam, RMSprop
+        actor, critic = nn.Linear(4, 2), nn.Linear(6, 1)
+        actor_updater, critic_updater = Adam(actor.parameters()), RMSprop(critic.parameters())
+        for state, target_q in replay:
+            q = critic(torch.cat([state, actor(state)], 1))
+            critic_loss = mse_loss(q, target_q)
+            critic_updater.zero_grad()
+            critic_loss.backward(retain_graph=True)
+            critic_updater.step()
+            actor_loss = -q.mean()
+            actor_updater.zero_grad()
+            actor_loss.backward()
+            actor_updater.step()
+    """),
+    Invalid("an optimizer module imported under another name (`import torch.optim as O`)", """
+        import torch.optim as O
+        model = nn.Linear(3, 1)
+        updater = O.SGD(model.parameters(), lr=0.1)
+        for x, y in batches:
+            out = model(x)
+            loss = mse_loss(out, y)
+            loss.backward(retain_graph=True)
+            updater.step()
+            (out ** 2).mean().backward()
+    """),
     Invalid("step through an optimizer the file can't see into, then backward through the old forward", """
         model = nn.Linear(3, 1)
         optimizer = make_optimizer(model)
@@ -127,6 +153,20 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("optimizers imported by class name, the actor's loss from a forward after the critic's step", """
+        from torch.optim import Adam, RMSprop
+        actor, critic = nn.Linear(4, 2), nn.Linear(6, 1)
+        actor_updater, critic_updater = Adam(actor.parameters()), RMSprop(critic.parameters())
+        for state, target_q in replay:
+            critic_loss = mse_loss(critic(torch.cat([state, actor(state).detach()], 1)), target_q)
+            critic_updater.zero_grad()
+            critic_loss.backward()
+            critic_updater.step()
+            actor_loss = -critic(torch.cat([state, actor(state)], 1)).mean()
+            actor_updater.zero_grad()
+            actor_loss.backward()
+            actor_updater.step()
+    """),
     Valid("DDPG: critic on stored actions, actor loss from a fresh forward after the critic step", """
         actor, critic = Actor(), Critic()
         for state, action, target_q in replay:
