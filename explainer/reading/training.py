@@ -323,6 +323,11 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         if helper is not None:  # `output, loss = train(x)`: only what `train` returns in that place
             return _returns_history(helper, value, scope, last.stmt.lineno, strict, ignore, depth + 1, bindings,
                                     position=last.position)
+        if isinstance(value, (ast.List, ast.Dict)) and not (value.elts if isinstance(value, ast.List) else value.keys):
+            # `values = []`, then `values.append(value)` in the rollout: what it was filled with.
+            filled = [(call.args[-1], call.lineno) for call in src.appends(scope, expression) if call.args] \
+                + [(item.value, item.stmt.lineno) for item in src.item_assignments(scope, expression)]
+            return any(recurse(item, row) for item, row in filled if item is not None)
         return value is not None and recurse(value, last.stmt.lineno)
     return False
 

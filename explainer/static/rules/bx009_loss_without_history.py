@@ -115,6 +115,27 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("A3C: the bootstrap value detached, the losses made from values and log-probabilities kept in "
+          "lists during the rollout (ikostrikov/pytorch-a3c, train.py)", """
+        def train(model, optimizer, env, state, hx, cx):
+            values, log_probs, rewards = [], [], []
+            for step in range(20):
+                value, logit, (hx, cx) = model((state.unsqueeze(0), (hx, cx)))
+                state, reward, done, _ = env.step(logit.argmax().item())
+                values.append(value)
+                log_probs.append(logit.log_softmax(-1)[0, 0])
+                rewards.append(reward)
+            value, _, _ = model((state.unsqueeze(0), (hx, cx)))
+            R = value.detach()
+            policy_loss, value_loss = 0, 0
+            for i in reversed(range(len(rewards))):
+                R = 0.99 * R + rewards[i]
+                value_loss = value_loss + 0.5 * (R - values[i]).pow(2)
+                policy_loss = policy_loss - log_probs[i]
+            optimizer.zero_grad()
+            (policy_loss + 0.5 * value_loss).backward()
+            optimizer.step()
+    """),
     Valid("DDPG: the critic sees action.detach()", """
         actor, critic = Actor(), Critic()
         for state, target_q in replay:
