@@ -290,7 +290,9 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
                 # module or sets `self.<name>` to one (a trainer's `self.VAE = FactorVAE(...)`).
                 return not strict or _in_module_class(node) or _submodule_of_class(func)
             return recurse(receiver) or any(recurse(a) for a in arguments)
-        if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip")
+        if isinstance(func, ast.Name) and func.id in _SCALAR_BUILTINS:
+            return False  # `float(loss)`, `len(batch)`: a Python value, whatever it was made from
+        if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip", "round")
                                            or func.id[:1].isupper() or func.id in _torch_functions(scope)
                                            or _plain_object(func, scope, before)):
             # Containers, constructors (`OrderedDict(...)`) and torch's functions
@@ -299,6 +301,10 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         # `model(x)`, an unknown callable: maybe a module (lenient), and in any case a function of
         # its arguments.
         return not strict or any(recurse(a) for a in arguments)
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+        # `sum(mse_loss(q, target) for q in current_q_values)`: its elements are made from what
+        # it iterates over (the loop variable has no assignment of its own to follow).
+        return recurse(node.elt) or any(recurse(generator.iter) for generator in node.generators)
     if isinstance(node, ast.BinOp):
         return recurse(node.left) or recurse(node.right)
     if isinstance(node, ast.UnaryOp):
@@ -330,6 +336,11 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
             return any(recurse(item, row) for item, row in filled if item is not None)
         return value is not None and recurse(value, last.stmt.lineno)
     return False
+
+
+# Builtins whose result is a Python scalar or string: no tensor, so no history (`float(t)` cuts it).
+_SCALAR_BUILTINS = frozenset({"float", "int", "bool", "len", "str", "repr", "format", "hash", "id", "isinstance",
+                              "callable", "ord", "chr", "range", "enumerate"})
 
 
 def _submodule_of_class(attribute: ast.Attribute) -> bool:

@@ -115,6 +115,21 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("TD3: the target under no_grad, the critic's loss summed over its Q values by a generator "
+          "(DLR-RM/stable-baselines3, td3.py)", """
+        def train(self, replay_buffer, gradient_steps):
+            for _ in range(gradient_steps):
+                replay_data = replay_buffer.sample()
+                with th.no_grad():
+                    next_actions = self.actor_target(replay_data.next_observations)
+                    next_q_values = th.cat(self.critic_target(replay_data.next_observations, next_actions), dim=1)
+                    target_q_values = replay_data.rewards + self.gamma * next_q_values.min(dim=1, keepdim=True)[0]
+                current_q_values = self.critic(replay_data.observations, replay_data.actions)
+                critic_loss = sum(F.mse_loss(current_q, target_q_values) for current_q in current_q_values)
+                self.critic.optimizer.zero_grad()
+                critic_loss.backward()
+                self.critic.optimizer.step()
+    """),
     Valid("A3C: the bootstrap value detached, the losses made from values and log-probabilities kept in "
           "lists during the rollout (ikostrikov/pytorch-a3c, train.py)", """
         def train(model, optimizer, env, state, hx, cx):
