@@ -413,6 +413,9 @@ def test_jedi_follows_workspace_imports_without_importing_them(tmp_path):
             return Net()
         def load_data():
             return [1, 2, 3]
+        class Schedule:
+            def __call__(self, progress):
+                return 0.2 * progress
     """))
     train = textwrap.dedent("""
         import torch
@@ -430,9 +433,35 @@ def test_jedi_follows_workspace_imports_without_importing_them(tmp_path):
     """)
     (tmp_path / "train.py").write_text(train.replace("FACTORY", "make"))
     (tmp_path / "data.py").write_text(train.replace("FACTORY", "load_data"))
-    result = run_check("--format", "json", str(tmp_path / "train.py"), str(tmp_path / "data.py"))
+    # A class imported from the workspace is taken for a model only if jedi does not find it is
+    # none (stable-baselines3's clip-range schedule, called once before its update loop).
+    (tmp_path / "ppo.py").write_text(textwrap.dedent("""
+        import torch
+        from pkg.models import CLASS
+
+        class PPO:
+            def __init__(self, policy):
+                self.policy = policy
+                self.clip_range = CLASS()
+                self.optimizer = torch.optim.Adam(policy.parameters())
+
+            def train(self, batches):
+                clip_range = self.clip_range(0.5)
+                for obs, advantages in batches:
+                    ratio = self.policy(obs)
+                    loss = -torch.clamp(ratio, 1 - clip_range, 1 + clip_range).mul(advantages).mean()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+    """).replace("CLASS", "Schedule"))
+    files = [str(tmp_path / "train.py"), str(tmp_path / "data.py"), str(tmp_path / "ppo.py")]
+    result = run_check("--format", "json", *files)
     found = [(Path(d["filename"]).name, d["code"], d["location"]["row"]) for d in json.loads(result.stdout)]
     assert found == [("train.py", "BX004", 7)]
+    (tmp_path / "ppo.py").write_text((tmp_path / "ppo.py").read_text().replace("Schedule", "Net"))
+    result = run_check("--format", "json", *files)
+    found = [(Path(d["filename"]).name, d["code"], d["location"]["row"]) for d in json.loads(result.stdout)]
+    assert found == [("train.py", "BX004", 7), ("ppo.py", "BX004", 12)]
     assert not marker.exists()
 
 

@@ -534,7 +534,9 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         if isinstance(node.func, ast.Name):
             name = node.func.id
             if name in _imported_classes(root):
-                return True  # `from models import Generator`
+                # `from models import Generator`; unless jedi, following it into the workspace,
+                # finds a class that is no module (stable-baselines3's `FloatSchedule`).
+                return jedi_types.call_gives_module(root, node.func) is not False
             if any(isinstance(c, ast.ClassDef) and c.name == name and defines_forward(c) is not None
                    for c in src.all_nodes(root)):
                 return True
