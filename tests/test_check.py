@@ -187,7 +187,7 @@ def test_cli_json_shape_and_exit_codes(tmp_path):
     python2 = tmp_path / "python2.py"
     python2.write_text("for x in data:\n    print x\n")
     text = run_check(str(python2), "samples/rnn_hidden_chunks_fixed.py")
-    assert text.returncode == 1 and f"{python2}:2:5: BX000 " in text.stdout and "All checks passed" not in text.stdout
+    assert text.returncode == 1 and f"{python2.name}:2:5: BX000 " in text.stdout and "All checks passed" not in text.stdout
     assert run_check("--ignore", "BX000", str(python2)).returncode == 0
     unknown = run_check("--select", "BX001,NOPE1", "samples/")
     assert unknown.returncode == 2 and "unknown rule code 'NOPE1'" in unknown.stderr and not unknown.stdout

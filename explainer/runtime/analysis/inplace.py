@@ -125,7 +125,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             stale = _stale_reads(ctx, recompute, optimizer_parameters(steps))
             fixes.append(Fix(recompute.message, edits, "unsafe" if stale else "safe"))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
-        after = _update_after(ctx, source, scope, step, failing)
+        after = _update_after(ctx, source, scope, step, failing, steps)
         if after is not None and _ascends_what_it_descended(ctx):
             # One objective, two players: each takes its gradient at the same weights.
             fixes.insert(0, after)
@@ -392,7 +392,7 @@ def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
                f"old weights (changes which gradients that step sees)", edits, "unsafe")
 
 
-def _update_after(ctx, source, scope, step: StepCall, failing) -> Fix | None:
+def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | None:
     """`value_opt.zero_grad(); value_loss.backward(retain_graph=True); value_opt.step()`, then
     `action_loss.backward()` through the graph that step changed: the whole update of
     `value_opt`, from its `zero_grad()` to its `step()`, moves after the update this backward
@@ -437,6 +437,9 @@ def _update_after(ctx, source, scope, step: StepCall, failing) -> Fix | None:
     if not isinstance(first_stepping, torch.optim.Optimizer) or step.optimizer() is None \
             or not _only_updates(block[last + 1:at[id(end)] + 1]):
         return None
+    reached = set().union(*(parameters_under(root.grad_fn) for root in ctx.roots))
+    if any(other.optimizer() is not step.optimizer() and trained_by(other.optimizer()) & reached for other in steps):
+        return None  # another step also changed weights this backward needs (both critics stepped)
     own, changed = trained_by(step.optimizer()), trained_by(first_stepping)
     if reads_on_the_way(loss.grad_fn, own, changed, _VIEWS):
         return None  # the moved backward would still need weights the other step changed
