@@ -110,6 +110,30 @@ def walk(roots, *, expand=None, reserve: int = 0) -> Walk:
     return result
 
 
+# Backward nodes of views: what a node saved may be their input itself.
+_VIEWS = frozenset(f"{name}Backward0" for name in (
+    "T", "Transpose", "Permute", "View", "Reshape", "ReshapeAlias", "Unsqueeze", "Squeeze", "Expand",
+    "Slice", "Select", "AsStrided", "Unbind", "Split", "SplitWithSizes", "Alias", "Unfold", "Diagonal",
+    "Narrow")) | {"SqueezeBackward1", "SqueezeBackward2", "TransposeBackward1", "SelectBackward1"}
+
+
+def input_leaves(node):
+    """The leaf tensors that are inputs of `node`, directly or through views (`weight.t()` for a
+    linear layer): the ones it may have saved to compute the gradient of its other inputs.
+    Deeper leaves went through computations whose results were saved instead (a buffer saved
+    beside an activation is no parameter at all)."""
+    frontier, seen = [node], set()
+    while frontier:
+        for child, _ in frontier.pop().next_functions:
+            if child is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            if is_leaf(child):
+                yield leaf_variable(child)
+            elif type(child).__name__ in _VIEWS:
+                frontier.append(child)
+
+
 def freed(node) -> bool | None:
     """Whether a backward already freed what `node` saved for its own backward: True, False, or
     None when it saved nothing it can be asked about (an addition, a leaf)."""

@@ -22,7 +22,7 @@ from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
 from .loaded import explain_load, load_that_changed
 from .locate import Candidate, Located, callers_name, class_source, locate, name_of, reaching, source_of_class
-from .made_from import Scope, made_from, runtime_value
+from .made_from import Scope, made_by_calling, runtime_value
 from .trained import optimizer_parameters, parameters_under, reads_on_the_way, trained_by
 
 
@@ -189,15 +189,14 @@ def _through_a_helper(ctx, carrier: Candidate | None, step: StepCall | None, par
                        for call in ast.walk(stmt))]
     if failing_here is None or not stepped:
         return None
+    found = made_by_calling(start, src.canonical(located.target_text), frame.f_lineno,
+                            lambda model: isinstance(model, torch.nn.Module)
+                            and any(p is parameter for p in model.parameters()))
     built = None
-    for where, assignment in made_from(start, src.canonical(located.target_text), frame.f_lineno,
-                                       follow=lambda value: True):
-        call = src.value_of(assignment.stmt)
-        model = runtime_value(where, call.func) if isinstance(call, ast.Call) else None
-        if isinstance(model, torch.nn.Module) and any(p is parameter for p in model.parameters()):
-            built = (Located(where.source, where.node, assignment.stmt, assignment.target,
-                             where.source.segment(assignment.target), False), assignment)
-            break
+    if found is not None:
+        where, assignment = found
+        built = (Located(where.source, where.node, assignment.stmt, assignment.target,
+                         where.source.segment(assignment.target), False), assignment)
     return stepped[-1].lineno, failing_here, built
 
 
@@ -338,34 +337,11 @@ def _modified_parameter(walk: graph.Walk, failing_key: int | None, detail: Inpla
         return variable._version == detail.version and variable.numel() == numel
 
     if failing_key is not None:
-        # A saved parameter is an input of the failing node, maybe through views (`weight.t()`
-        # for a linear layer): deeper leaves went through computations whose results were saved
-        # instead (a buffer saved beside an activation is no parameter at all).
-        frontier, seen = [walk.nodes[failing_key]], set()
-        while frontier:
-            node = frontier.pop()
-            for child, _ in node.next_functions:
-                if child is None or id(child) in seen:
-                    continue
-                seen.add(id(child))
-                if graph.is_leaf(child):
-                    if matches(graph.leaf_variable(child)):
-                        return graph.leaf_variable(child)
-                elif type(child).__name__ in _VIEWS:
-                    frontier.append(child)
-        return None
+        return next((v for v in graph.input_leaves(walk.nodes[failing_key]) if matches(v)), None)
     for node in walk.nodes.values():
         if graph.is_leaf(node) and matches(graph.leaf_variable(node)):
             return graph.leaf_variable(node)
     return None
-
-
-# Backward nodes of views: what the node saved may be their input itself.
-_VIEWS = frozenset(f"{name}Backward0" for name in (
-    "T", "Transpose", "Permute", "View", "Reshape", "ReshapeAlias", "Unsqueeze", "Squeeze", "Expand",
-    "Slice", "Select", "AsStrided", "Unbind", "Split", "SplitWithSizes", "Alias", "Unfold", "Diagonal",
-    "Narrow")) | {"SqueezeBackward1", "SqueezeBackward2",
-                                                              "TransposeBackward1", "SelectBackward1"}
 
 
 def _step_for(steps, parameter) -> StepCall | None:
@@ -400,9 +376,10 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     are then taken at the weights the graph was built with, each from its own loss (the moved
     `zero_grad()` clears what this backward left in `value_opt`'s parameters): each optimizer
     steps with the gradients the code meant it to, so the fix is safe where nothing between the
-    two places writes in place and the moved backward needs no weight the other step changes. Where the moved loss reaches parameters of the
-    optimizer that now steps first (the imagination the value model reads, made by the action
-    model), its backward is kept to its own optimizer's parameters with `inputs=`."""
+    two places writes in place and the moved backward needs no weight the other step changes.
+    Where the moved loss reaches parameters of the optimizer that now steps first (the
+    imagination the value model reads, made by the action model), its backward is kept to its
+    own optimizer's parameters with `inputs=`."""
     if source is None or failing is None or step.filename != source.filename:
         return None
     step_stmt = src.innermost_statement(scope, step.row)
@@ -414,7 +391,7 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
         return None
     last = at[id(step_stmt)]
     zeroed = [i for i in range(last) if isinstance(block[i], ast.Expr)
-              and src.canonical(src.call_receiver(block[i], "zero_grad") or block[i]) == src.canonical(stepped)]
+              and src.canonical(src.call_receiver(block[i], "zero_grad") or "") == src.canonical(stepped)]
     if not zeroed:
         return None
     moved = block[zeroed[-1]:last + 1]
@@ -441,7 +418,7 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     if any(other.optimizer() is not step.optimizer() and trained_by(other.optimizer()) & reached for other in steps):
         return None  # another step also changed weights this backward needs (both critics stepped)
     own, changed = trained_by(step.optimizer()), trained_by(first_stepping)
-    if reads_on_the_way(loss.grad_fn, own, changed, _VIEWS):
+    if reads_on_the_way(loss.grad_fn, own, changed):
         return None  # the moved backward would still need weights the other step changed
     if parameters_under(loss.grad_fn) & changed:
         if any(k.arg == "inputs" for k in backward[0].keywords):
@@ -470,8 +447,7 @@ def _ascends_what_it_descended(ctx) -> bool:
     inputs = [child for child, _ in node.next_functions if child is not None]
     if type(node).__name__ not in ("NegBackward0", "MulBackward0") or len(inputs) != 1:
         return False
-    frontier = [b.value.grad_fn for b in ctx.bindings()
-                if id(b.value) in previous.root_ids and b.value.grad_fn is not None]
+    frontier = [b.value.grad_fn for b in ctx.bound_roots(previous)]
     seen: set[int] = set()
     while frontier:
         sums = frontier.pop()

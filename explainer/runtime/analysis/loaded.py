@@ -18,7 +18,7 @@ from ..records import LoadCall, StepCall
 from .context import Context
 from .evidence import culprit_at, finding
 from .locate import callers_name, locate, reaching
-from .made_from import Scope, made_from, runtime_value
+from .made_from import Scope, made_by_calling
 
 
 def load_that_changed(ctx: Context, failing_seq: int, parameter, step: StepCall | None) -> LoadCall | None:
@@ -89,13 +89,10 @@ def _graph_read_at(ctx: Context, walk, failing_key: int, load: LoadCall, module)
     if isinstance(located.store, ast.Call) and len(located.store.args) == 1:
         # `all_agents_new_actions.append(new_pi)`: what was appended.
         expression, before = src.canonical(located.store.args[0]), located.row
-    for where, assignment in made_from(start, expression, before, follow=lambda value: True):
-        call = src.value_of(assignment.stmt)
-        model = runtime_value(where, call.func) if isinstance(call, ast.Call) else None
-        model = getattr(model, "__self__", model)  # `agent.target_actor.forward`
-        if isinstance(model, torch.nn.Module) and type(model) is type(module):
-            return where.source, assignment.stmt
-    return None
+    # `agent.target_actor.forward` is a method of the model: the model is its `__self__`.
+    found = made_by_calling(start, expression, before,
+                            lambda called: type(getattr(called, "__self__", called)) is type(module))
+    return (found[0].source, found[1].stmt) if found is not None else None
 
 
 def _run_in_loop(source: src.Source, load_stmt: ast.stmt) -> tuple | None:

@@ -69,6 +69,17 @@ def made_from(start: Scope, expression: str, before: int, follow=None, through_p
                     pending.append(passed)
 
 
+def made_by_calling(start: Scope, expression: str, before: int, accepts):
+    """(scope, assignment): the nearest assignment the value of `expression` was made from (any
+    value followed) by calling an object that `accepts(called)` says is the one wanted (a model
+    holding a parameter, a model of some class), or None."""
+    for where, assignment in made_from(start, expression, before, follow=lambda value: True):
+        call = src.value_of(assignment.stmt)
+        if isinstance(call, ast.Call) and accepts(runtime_value(where, call.func)):
+            return where, assignment
+    return None
+
+
 def _base_name(expression: str) -> str | None:
     """`state` for `state["output"]` or `state.output`; the name itself for a name."""
     try:

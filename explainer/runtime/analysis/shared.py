@@ -87,8 +87,7 @@ def where_they_meet(ctx: Context, candidate: Candidate, previous: BackwardCall) 
     from, nearest to this backward, followed through the user's functions and the frames that
     passed them down: `memory_bank`, made in a model's `forward` that returned both the decoder's
     output and the classifier's logits, when only that output's shards are bound here."""
-    losses = [b for b in ctx.bindings() if id(b.value) in previous.root_ids and not b.steps
-              and b.value.grad_fn is not None]
+    losses = [b for b in ctx.bound_roots(previous) if not b.steps]
     if not losses:
         return None
 

@@ -64,11 +64,11 @@ def trained_by(optimizer) -> set[int]:
     return {id(p) for group in optimizer.param_groups for p in group["params"]}
 
 
-def reads_on_the_way(grad_fn, targets: set[int], changed: set[int], views: frozenset[str]) -> bool:
+def reads_on_the_way(grad_fn, targets: set[int], changed: set[int]) -> bool:
     """Whether a node on a path from `grad_fn` to one of the leaves `targets` takes one of the
-    leaves `changed` as an input (directly or through views): it saved that tensor to compute the
-    gradient of its other inputs, so a backward kept to `targets` still needs it unchanged.
-    True when the walk could not see the whole graph."""
+    leaves `changed` as an input (directly or through views, `graph.input_leaves`): it saved that
+    tensor to compute the gradient of its other inputs, so a backward kept to `targets` still
+    needs it unchanged. True when the walk could not see the whole graph."""
     if grad_fn is None:
         return False
     walked = graph.walk([grad_fn])
@@ -82,19 +82,5 @@ def reads_on_the_way(grad_fn, targets: set[int], changed: set[int], views: froze
             if consumer not in on_the_way:
                 on_the_way.add(consumer)
                 pending.append(consumer)
-
-    def takes_changed(node) -> bool:
-        frontier, seen = [node], set()
-        while frontier:
-            for child, _ in frontier.pop().next_functions:
-                if child is None or id(child) in seen:
-                    continue
-                seen.add(id(child))
-                if graph.is_leaf(child):
-                    if id(graph.leaf_variable(child)) in changed:
-                        return True
-                elif type(child).__name__ in views:
-                    frontier.append(child)
-        return False
-
-    return any(not graph.is_leaf(walked.nodes[key]) and takes_changed(walked.nodes[key]) for key in on_the_way)
+    return any(not graph.is_leaf(walked.nodes[key]) and any(id(v) in changed for v in graph.input_leaves(walked.nodes[key]))
+               for key in on_the_way)
