@@ -465,6 +465,43 @@ def test_jedi_follows_workspace_imports_without_importing_them(tmp_path):
     assert not marker.exists()
 
 
+def test_a_state_reset_by_a_method_of_a_workspace_base_class_is_not_carried(tmp_path):
+    """pymarl: `NMAC(BasicMAC)` re-assigns `self.hidden_states` in its forward; BasicMAC, in
+    another file, starts it afresh in `init_hidden`, which the learner calls per batch. jedi finds
+    the base class (reading it, never importing it); without that file the state is flagged."""
+    marker = tmp_path / "imported"
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'ws'\n")
+    (tmp_path / "controllers").mkdir()
+    (tmp_path / "controllers" / "__init__.py").write_text("")
+    base = tmp_path / "controllers" / "basic_controller.py"
+    base.write_text(textwrap.dedent(f"""
+        open({str(marker)!r}, "w").write("imported")
+        class BasicMAC:
+            def __init__(self, agent):
+                self.agent = agent
+                self.hidden_states = None
+
+            def init_hidden(self, batch_size):
+                self.hidden_states = self.agent.init_hidden().expand(batch_size, -1)
+    """))
+    controller = tmp_path / "controllers" / "n_controller.py"
+    controller.write_text(textwrap.dedent("""
+        import torch.nn as nn
+        from .basic_controller import BasicMAC
+
+        class NMAC(BasicMAC):
+            def forward(self, inputs):
+                agent_outs, self.hidden_states = self.agent(inputs, self.hidden_states)
+                return agent_outs
+    """))
+    result = run_check("--format", "json", str(controller))
+    assert json.loads(result.stdout) == []
+    base.unlink()
+    result = run_check("--format", "json", str(controller))
+    assert [(d["code"], d["location"]["row"]) for d in json.loads(result.stdout)] == [("BX001", 7)]
+    assert not marker.exists()
+
+
 def test_checks_in_several_threads_agree_with_one_at_a_time():
     """The language server checks in worker threads; parsed trees share their context and
     operator nodes (`Load`, `Add`), which the checker must not write to."""

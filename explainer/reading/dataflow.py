@@ -7,7 +7,16 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from . import source as src
-from .training import Backward, cuts_history, has_history, is_leaf_like, is_module, under_no_grad
+from .training import (
+    SHAPED_LIKE,
+    Backward,
+    comprehension_variables,
+    cuts_history,
+    has_history,
+    is_leaf_like,
+    is_module,
+    under_no_grad,
+)
 
 # Receivers whose attributes are library functions, not values (`torch.cat`, `F.relu`).
 _LIBRARIES = {"torch", "F", "nn", "np", "numpy", "math", "functional"}
@@ -43,6 +52,8 @@ def dependencies(node: ast.AST) -> list[ast.expr]:
             func = current.func
             if isinstance(func, ast.Attribute) and _root_name(func.value) not in _LIBRARIES:
                 pending.append(func.value)  # `out.mean()` reads `out`
+                if func.attr in SHAPED_LIKE:
+                    continue  # `scale.to(float_attr)` reads `float_attr`'s dtype, not its values
             pending.extend(current.args)
             pending.extend(k.value for k in current.keywords)
         elif isinstance(current, (ast.Name, ast.Attribute)) and isinstance(current.ctx, ast.Load):
@@ -51,8 +62,12 @@ def dependencies(node: ast.AST) -> list[ast.expr]:
             if _root_name(current) not in _LIBRARIES:
                 found.append(current)
         elif isinstance(current, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
-            if not cuts_history(current.elt):
-                pending.append(current.elt)
+            # `[m.detach() for m in members]` reads nothing of `members`: what it iterates over
+            # counts only where the element reads a loop variable without a cut.
+            variables = comprehension_variables(current)
+            inner = dependencies(current.elt)
+            found.extend(read for read in inner if _root_name(read) not in variables)
+            if any(_root_name(read) in variables for read in inner):
                 pending.extend(g.iter for g in current.generators)
         elif isinstance(current, ast.Subscript):
             pending.append(current.value)  # `grads[0]` reads `grads`; the index is data
@@ -160,11 +175,28 @@ def same_pass(first: ast.AST, second: ast.AST) -> bool:
     first_chain = [first, *src.ancestors(first)]
     second_chain = [second, *src.ancestors(second)]
     common = next((a for a in first_chain if any(a is b for b in second_chain)), None)
+    if _conditions(first_chain, common) & {(test, not holds) for test, holds in _conditions(second_chain, common)}:
+        return False  # `if not NEW_API: loss.backward()` ... `if NEW_API: loss.backward()`
     if isinstance(common, ast.If):
         return _branch(common, first) == _branch(common, second)
     if isinstance(common, ast.Try):
         return _branch(common, first) == _branch(common, second) or _branch(common, second) == "finalbody"
     return True
+
+
+def _conditions(chain: list[ast.AST], common: ast.AST | None) -> set[tuple[str, bool]]:
+    """The `if` tests a node of `chain` runs under, below `common`: (test, whether it holds),
+    with `not X` read as X not holding."""
+    found = set()
+    for child, owner in zip(chain, chain[1:]):
+        if owner is common:
+            break
+        if isinstance(owner, ast.If) and child is not owner.test:
+            test, holds = owner.test, any(child is s for s in owner.body)
+            while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, holds = test.operand, not holds
+            found.add((ast.dump(test), holds))
+    return found
 
 
 def _branch(owner: ast.AST, node: ast.AST) -> str | None:
@@ -269,6 +301,13 @@ def _updated_modules(optimizer: ast.AST, scope: ast.AST, before: int) -> frozens
         if not pending:
             break
         node = pending.pop()
+        if isinstance(node, (ast.List, ast.Tuple)):
+            # `optim.Adam([self.log_alpha])`: a leaf tensor is updated, and no module with it
+            leaves = [e for e in node.elts if isinstance(e, (ast.Name, ast.Attribute))
+                      and is_leaf_like(_constructor(e, scope, before))]
+            modules.update(src.canonical(e) for e in leaves)
+            pending.extend(e for e in node.elts if not any(e is leaf for leaf in leaves))
+            continue
         for call in src.calls_named(node, "parameters", "named_parameters"):
             if isinstance(call.func, ast.Attribute):
                 modules.add(src.canonical(call.func.value))

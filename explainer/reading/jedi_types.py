@@ -91,6 +91,48 @@ def _call_gives_module(filename: str, importing: str, callee: str) -> bool | Non
     return False if verdicts else None
 
 
+def workspace_bases(tree: ast.Module, cls: ast.ClassDef) -> tuple[ast.ClassDef, ...]:
+    """The classes of the workspace's other files that `cls` derives from directly (`class
+    NMAC(BasicMAC)` with `from .basic_controller import BasicMAC`), read from their source;
+    none where jedi can't tell."""
+    filename = getattr(tree, "_filename", None)
+    if not filename or _jedi() is None:
+        return ()
+    filename = os.path.abspath(filename)
+    imports = workspace_imports(tree, filename)
+    found = []
+    for base in cls.bases:
+        root = base
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id in imports:
+            found.extend(_class_at(path, line) for path, line in _class_definitions(filename, imports[root.id],
+                                                                                  src.canonical(base)))
+    return tuple(c for c in found if c is not None)
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_definitions(filename: str, importing: str, name: str) -> tuple[tuple[str, int], ...]:
+    code = f"{importing}\n{name}\n"
+    try:
+        jedi = _jedi()
+        script = jedi.Script(code=code, path=filename, project=_project(os.path.dirname(filename)),
+                             environment=jedi.api.environment.InterpreterEnvironment())
+        found = script.goto(2, len(name) - 1, follow_imports=True)
+    except Exception:  # noqa: BLE001 - jedi's inference is best effort; the file alone decides
+        return ()
+    return tuple((str(d.module_path), d.line) for d in found if d.type == "class" and d.module_path and d.line)
+
+
+@functools.lru_cache(maxsize=64)
+def _class_at(path: str, line: int) -> ast.ClassDef | None:
+    try:
+        tree = src.parse(path, Path(path).read_text(encoding="utf-8")).tree
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.lineno == line), None)
+
+
 @functools.lru_cache(maxsize=1)
 def _jedi():
     """jedi, imported on the first question (it takes a few hundred ms), or None."""

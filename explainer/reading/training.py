@@ -13,7 +13,8 @@ CUTS = {"detach", "detach_", "item", "tolist", "numpy", "float", "int", "bool", 
         "repackage_hidden", "zeros", "zeros_like", "ones", "ones_like", "empty", "randn", "rand", "tensor",
         # sampling and indices: a distribution's `sample()` runs without grad (`rsample()` keeps it)
         "sample", "argmax", "argmin", "multinomial", "randint", "randperm", "randn_like", "rand_like",
-        "arange", "full", "eye"}
+        "arange", "full", "eye", "empty_like", "full_like", "randint_like", "linspace", "logspace",
+        "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "bernoulli"}
 BACKWARD_CALLS = {"backward", "grad"}
 
 
@@ -54,6 +55,14 @@ class Backward:
                 return False
         positional = 2 if self.api == "backward" else 3  # (gradient, retain_graph) / (outputs, inputs, grad_outputs, retain_graph)
         return len(self.call.args) <= positional
+
+    def stops_at(self, expression: str) -> bool:
+        """`expression` is among the inputs the gradients are taken for (`autograd.grad(loss,
+        fast_weights)`, `loss.backward(inputs=[w])`): the call does not go into its history."""
+        keyword = self.keyword("inputs")
+        inputs = keyword.value if keyword is not None else \
+            (self.call.args[1] if self.api == "grad" and len(self.call.args) > 1 else None)
+        return inputs is not None and bool(src.reads(inputs, expression))
 
     def retains_graph(self) -> bool:
         """retain_graph=True or create_graph=True, literally."""
@@ -182,6 +191,9 @@ def cuts_history(expression: ast.AST) -> bool:
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name == "grad" and is_backward_call(node):  # `torch.autograd.grad(loss, w)`: plain tensors,
+            return not any(k.arg == "create_graph" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                           for k in node.keywords)  # unless create_graph=True gives them a graph
         return name in CUTS
     if isinstance(node, ast.Attribute) and node.attr == "data":
         return True
@@ -231,6 +243,11 @@ def live_reads(node: ast.AST, expression: str) -> list[ast.expr]:
     return live
 
 
+def comprehension_variables(node: ast.GeneratorExp | ast.ListComp | ast.SetComp) -> frozenset[str]:
+    """The names a comprehension's `for` clauses bind."""
+    return frozenset(n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name))
+
+
 @dataclass(frozen=True)
 class _Argument:
     """A helper's parameter bound to the caller's argument, with the caller's context."""
@@ -272,13 +289,25 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         if helper is not None:
             return _returns_history(helper, node, scope, before, strict, ignore, depth, bindings)
         func = node.func
+        if src.canonical(func).rsplit(".", 1)[-1][:1].isupper() and is_module(node, scope, before):
+            return False  # `nn.ModuleList([...])`, `Net()`: a module is made, nothing is computed yet
         if is_module(func, scope, before):
             return not _parameter_free(func, scope, before) or any(recurse(a) for a in arguments)
+        if isinstance(func, ast.Name) and func.id in bindings and src.last_assignment(scope, func.id, before) is None:
+            bound = bindings[func.id]  # `def train_step(model, x, h)` called with `rnn`: a module call
+            if is_module(bound.value, bound.scope, bound.before) \
+                    and not _parameter_free(bound.value, bound.scope, bound.before):
+                return True
         if isinstance(func, ast.Attribute):
             receiver = func.value
+            if func.attr in _MODULE_BOOKKEEPING and (src.canonical(receiver) == "self"
+                                                    or is_module(receiver, scope, before)):
+                return False  # `self.register_parameter("beta", None)`, `model.parameters()`
             method = _module_method(func, scope, before)
             if method is not None:  # `actor.get_action(obs)`: judged by what the method returns
                 return _returns_history(method, node, scope, before, strict, ignore, depth, bindings)
+            if not strict and is_module(receiver, scope, before):
+                return True  # `gflownet.loss(env, samples)`: a module's method may use its parameters
             if not strict and _object_made_elsewhere(func, scope, before, ignore):
                 return True  # `self.network.q(s, a)`: an object the class made elsewhere, maybe a module
             if isinstance(receiver, ast.Name) and receiver.id in ("torch", "F", "nn", "math", "np", "numpy"):
@@ -289,6 +318,8 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
                 # A submodule, or a method using parameters; strictly, only where the class is a
                 # module or sets `self.<name>` to one (a trainer's `self.VAE = FactorVAE(...)`).
                 return not strict or _in_module_class(node) or _submodule_of_class(func)
+            if func.attr in SHAPED_LIKE:  # `scale.to(float_attr)`: the argument gives a dtype, not history
+                return recurse(receiver)
             return recurse(receiver) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Name) and func.id in _SCALAR_BUILTINS:
             return False  # `float(loss)`, `len(batch)`: a Python value, whatever it was made from
@@ -304,7 +335,9 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
     if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
         # `sum(mse_loss(q, target) for q in current_q_values)`: its elements are made from what
         # it iterates over (the loop variable has no assignment of its own to follow).
-        return recurse(node.elt) or any(recurse(generator.iter) for generator in node.generators)
+        # `[m.detach() for m in members]`: only where the element reads a loop variable uncut.
+        return recurse(node.elt) or any(live_reads(node.elt, v) for v in comprehension_variables(node)) \
+            and any(recurse(generator.iter) for generator in node.generators)
     if isinstance(node, ast.BinOp):
         return recurse(node.left) or recurse(node.right)
     if isinstance(node, ast.UnaryOp):
@@ -341,6 +374,14 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
 # Builtins whose result is a Python scalar or string: no tensor, so no history (`float(t)` cuts it).
 _SCALAR_BUILTINS = frozenset({"float", "int", "bool", "len", "str", "repr", "format", "hash", "id", "isinstance",
                               "callable", "ord", "chr", "range", "enumerate"})
+
+
+# Methods of nn.Module that compute nothing from its parameters.
+_MODULE_BOOKKEEPING = frozenset({
+    "register_parameter", "register_buffer", "register_module", "add_module", "apply", "train", "eval",
+    "zero_grad", "parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
+    "children", "named_children", "state_dict", "load_state_dict", "to", "cuda", "cpu", "half", "float", "double",
+    "get_submodule", "get_parameter", "get_buffer", "extra_repr", "share_memory", "requires_grad_"})
 
 
 def _submodule_of_class(attribute: ast.Attribute) -> bool:
@@ -495,9 +536,11 @@ def sees_previous_pass(read: ast.expr, expression: str, loop: ast.AST) -> bool:
 
 def flows_into_backward(body_owner: ast.AST, expression: str, reads=None) -> bool:
     """Whether `expression` is an operand of something back-propagated in `body_owner`, directly
-    or through the body's own assignments. `reads` finds the uses that count (operands)."""
+    or through the body's own assignments. `reads` finds the uses that count (operands). A call
+    that stops at `expression` (`torch.autograd.grad(loss, fast_weights)`) does not go through it."""
     reads = reads or operand_reads
     return any(reads(node, expression) for backward in backward_calls(body_owner)
+               if not backward.stops_at(expression)
                for node in backward_inputs(body_owner, backward.call, backward.root))
 
 
@@ -527,8 +570,8 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda", "cpu", "train", "eval", "double", "float", "half"):
             return is_module(node.func.value, scope, before, depth + 1)
         name = src.canonical(node.func)
-        if name.startswith(_MODULE_PREFIXES) and not name.startswith(("nn.functional", "torch.nn.functional",
-                                                                      "nn.Parameter", "torch.nn.Parameter")):
+        if name.startswith(_MODULE_PREFIXES) and not name.startswith(("nn.functional", "torch.nn.functional")) \
+                and name not in ("nn.Parameter", "torch.nn.Parameter"):
             return name.rsplit(".", 1)[-1][:1].isupper()
         root = src.module_of(scope)
         if isinstance(node.func, ast.Name):
@@ -540,13 +583,30 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
             if any(isinstance(c, ast.ClassDef) and c.name == name and defines_forward(c) is not None
                    for c in src.all_nodes(root)):
                 return True
+        helper = helper_called(node, scope)
+        if helper is not None:  # `gflownet = init_gflownet(args)`: what the helper of this file returns
+            return any(is_module(r.value, helper, r.lineno + 1, depth + 1) for r in src.own_nodes(helper)
+                       if isinstance(r, ast.Return) and r.value is not None)
         # `build_model()` imported from the workspace: jedi follows it there.
         return jedi_types.call_gives_module(root, node.func) is True
     if isinstance(node, ast.Name):
         last = src.last_assignment(scope, node.id, before)
+        if last is None and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and not _local(scope, node.id):  # a global of the module: `model = nn.GRU(...)` at the top
+            module = src.module_of(scope)
+            return any(a.value is not None and is_module(a.value, module, a.stmt.lineno, depth + 1)
+                       for a in src.assignments(module, node.id))
         value = last.value if last is not None else None
         return value is not None and is_module(value, scope, last.stmt.lineno, depth + 1)
     return False
+
+
+def _local(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+    """A parameter of `function`, or a name it assigns."""
+    arguments = function.args
+    return name in {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                                    arguments.vararg, arguments.kwarg) if a is not None} \
+        or bool(src.assignments(function, name))
 
 
 # Module classes without parameters (`nn.MSELoss()`, `nn.ReLU()`): calling one adds history
@@ -594,6 +654,11 @@ def _imported(tree: ast.Module, key: str, wanted) -> frozenset[str]:
         for alias in node.names if wanted((node.module or "").split(".")[0], alias.asname or alias.name)))
 
 
+# Methods whose arguments give only a dtype, device or shape: the result's history is the receiver's.
+SHAPED_LIKE = frozenset({*("to", "cuda", "cpu", "type", "type_as", "view_as", "reshape_as", "expand_as"),
+                         *("view", "reshape", "expand", "permute", "transpose", "repeat", "flatten", "squeeze")})
+
+
 # Conversions whose backward saves no tensor: a leaf moved or cast stays as good as a leaf.
 _MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "contiguous", "clone")
 
@@ -605,6 +670,26 @@ def is_leaf_like(value: ast.AST) -> bool:
             and not is_leaf_creation(value):
         value = value.func.value
     return is_leaf_creation(value)
+
+
+def made_as_leaf(assignment: src.Assignment, scope: ast.AST, depth: int = 0) -> bool:
+    """The assigned value is a leaf (`is_leaf_like`), also where a helper of this file returns it:
+    `model, log_z, optimizer = setup()` with `log_z = nn.Parameter(...)` in `setup`."""
+    value = assignment.value
+    if is_leaf_like(value):
+        return True
+    helper = helper_called(value, scope) if isinstance(value, ast.Call) and depth < 3 else None
+    if helper is None:
+        return False
+    for returned in (n for n in src.own_nodes(helper) if isinstance(n, ast.Return) and n.value is not None):
+        element = _returned_at(returned.value, assignment.position)
+        if isinstance(element, ast.Name):
+            last = src.last_assignment(helper, element.id, returned.lineno)
+            if last is None or not made_as_leaf(last, helper, depth + 1):
+                return False
+        elif not is_leaf_like(element):
+            return False
+    return True
 
 
 def is_leaf_creation(value: ast.AST) -> bool:
@@ -625,18 +710,57 @@ def _in_module_class(node: ast.AST) -> bool:
     return cls is not None and defines_forward(cls) is not None
 
 
-def carried_across_passes(stmt: ast.stmt, target: ast.expr, scope: ast.AST, container: ast.AST) -> bool:
+def carried_across_passes(stmt: ast.stmt, target: ast.expr, scope: ast.AST, container: ast.AST,
+                          strict: bool = False) -> bool:
     """`target` is re-assigned by `stmt` from itself, with autograd history, and `container` (a
     loop, or a method called again and again) neither detaches nor resets it: each pass's value
-    hangs on the previous pass's graph."""
+    hangs on the previous pass's graph. `strict`: the history must be shown (see has_history)."""
     value = src.value_of(stmt)
     if value is None or under_no_grad(stmt):
         return False
     expression = src.canonical(target)
     reads = live_reads(value, expression) if not isinstance(stmt, ast.AugAssign) else [target]
-    if not reads or not has_history(value, scope, stmt.lineno, ignore=expression):
+    if not reads or not has_history(value, scope, stmt.lineno, strict=strict, ignore=expression):
         return False
-    return not detached_in(container, expression) and not reset_before(container, stmt, expression)
+    return not detached_in(container, expression) and not fresh_each_pass(container, stmt, expression)
+
+
+def fresh_each_pass(container, stmt, expression) -> bool:
+    """Every pass through `container` that runs `stmt` gives `expression` a value not made from
+    the previous pass's: reset before `stmt` or after it, or bound by a `for` around it."""
+    return reset_before(container, stmt, expression) or reset_after(container, stmt, expression) \
+        or _loop_target(container, stmt, expression)
+
+
+def reset_after(container, stmt, expression) -> bool:
+    """Set to a value without history after `stmt` on every pass that runs it (`minibatch_loss = 0`
+    after its backward, in the same `if`): what the next pass reads is not made from this one."""
+    return any(isinstance(node, ast.stmt) and node.lineno > stmt.end_lineno and _on_every_pass_with(node, stmt, container)
+               and any(src.canonical(t) == expression for t in src.targets_of(node))
+               and _without_history(src.value_of(node), container) for node in src.own_nodes(container))
+
+
+def _without_history(value, container) -> bool:
+    """A constant, or a value made only of cut ones (`torch.cat([x[:, 1:].detach(), pred.detach()])`)."""
+    return _constant(value) or value is not None and not has_history(value, container, value.lineno)
+
+
+def _constant(value) -> bool:
+    """`0`, `None`, `[]`: a value that is made from nothing."""
+    return isinstance(value, ast.Constant) or isinstance(value, (ast.List, ast.Tuple, ast.Dict)) \
+        and not (value.keys if isinstance(value, ast.Dict) else value.elts)
+
+
+def _loop_target(container, stmt, expression) -> bool:
+    """Bound afresh by a `for` between `container` and `stmt` (`for i, self.state.batch in
+    enumerate(microbatches)`)."""
+    for ancestor in src.ancestors(stmt):
+        if isinstance(ancestor, (ast.For, ast.AsyncFor)) and any(
+                src.canonical(t) == expression for t in ast.walk(ancestor.target) if isinstance(t, (ast.Name, ast.Attribute))):
+            return True
+        if ancestor is container:
+            return False
+    return False
 
 
 def reset_before(container, stmt, expression, after_row: int = 0) -> bool:
@@ -652,13 +776,41 @@ def last_reset(container, stmt, expression) -> ast.stmt | None:
     found = None
     for node in src.own_nodes(container):
         if isinstance(node, ast.stmt) and node.lineno < stmt.lineno and node is not stmt \
-                and _unconditional_in(node, container):
+                and (_unconditional_in(node, container) or _on_every_pass_with(node, stmt, container)):
             for target in src.targets_of(node):
                 value = src.value_of(node)
                 if src.canonical(target) == expression and value is not None and not src.reads(value, expression) \
                         and (found is None or node.lineno > found.lineno):
                     found = node
     return found
+
+
+def _on_every_pass_with(node, stmt, container) -> bool:
+    """`node` runs on every pass through `container` that runs `stmt`: both sit in one block
+    (`if step <= window: y = fresh(); ...; y = torch.cat((y, extra))`), with `node` not under a
+    condition or loop of its own there."""
+    stmt_chain = [stmt, *src.ancestors(stmt)]
+    child = node
+    for owner in src.ancestors(node):
+        if any(owner is a for a in stmt_chain):  # the nearest block holding both
+            block = next((b for b in (getattr(owner, f, None) for f in ("body", "orelse", "finalbody"))
+                          if isinstance(b, list) and any(child is s for s in b)), [])
+            top = next((s for s in block for a in stmt_chain if s is a), None)
+            return top is not None and (_unconditional_in(node, owner) or _same_condition(node, child, top, stmt_chain))
+        if owner is container:
+            return False
+        child = owner
+    return False
+
+
+def _same_condition(node, first: ast.stmt, second: ast.stmt, stmt_chain) -> bool:
+    """`if C: y = fresh()` ... `if C: y = model(y, x)`: two `if`s of one block testing the same
+    thing, `node` in the first's body (and not under more conditions there), the statement in the
+    second's."""
+    return isinstance(first, ast.If) and isinstance(second, ast.If) and first is not second \
+        and ast.dump(first.test) == ast.dump(second.test) \
+        and any(s is a for s in first.body for a in [node, *src.ancestors(node)]) \
+        and any(s is a for s in second.body for a in stmt_chain) and _unconditional_in(node, first)
 
 
 def _unconditional_in(node, container) -> bool:

@@ -7,18 +7,20 @@ from collections.abc import Iterator
 from ...causes.bx001_carried_state import CAUSE
 from ...fixes import detach_carried
 from ...model import Finding
-from ...reading import dataflow
+from ...reading import dataflow, jedi_types
 from ...reading import source as src
 from ...reading.training import (
     backward_calls,
+    backward_inputs,
     carried_across_passes,
     defines_forward,
     detached_in,
     flows_into_backward,
+    fresh_each_pass,
     has_history,
     live_reads,
     operand_reads,
-    reset_before,
+    reset_after,
     running_total,
     sees_previous_pass,
     training_loops,
@@ -48,13 +50,18 @@ def check(module: CheckedModule) -> Iterator[Finding]:
 def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Finding]:
     for target in src.targets_of(stmt):
         expression = src.canonical(target)
-        if attributes_only and not expression.startswith("self."):
+        if attributes_only and (not expression.startswith("self.") or _reset_per_sequence(module.tree, scope, expression)):
             continue
-        if not carried_across_passes(stmt, target, scope, loop if loop is not None else scope):
+        # A self-referencing state is evidence enough of a tensor where the loop's own backward
+        # goes through it; where no backward shows (a method, a loop whose backward runs
+        # elsewhere), an unknown call's result (`report_stats = self._report(report_stats)`) is not.
+        strict = loop is None or not backward_calls(loop)
+        if not carried_across_passes(stmt, target, scope, loop if loop is not None else scope, strict):
             if loop is not None:
                 yield from _carried_through_a_name(module, stmt, target, expression, scope, loop)
             continue
-        if loop is not None and not _reaches_a_later_backward(loop, expression):
+        if loop is not None and (not _reaches_a_later_backward(loop, expression)
+                                 or _reset_after_its_backward(loop, expression)):
             continue
         if loop is not None and running_total(stmt) is not None:
             continue  # BX002's business
@@ -78,7 +85,8 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
         return
     if not _reaches_a_later_backward(loop, expression):
         return
-    if detached_in(loop, expression) or reset_before(loop, made_from_old.stmt, expression):
+    if detached_in(loop, expression) or fresh_each_pass(loop, made_from_old.stmt, expression) \
+            or fresh_each_pass(loop, stmt, expression):
         return
     is_tuple = _initial_is_tuple(scope, expression, stmt.lineno)
     yield module.finding(CODE, "through-name", target,
@@ -94,7 +102,7 @@ def _kept_for_the_next_pass(module, stmt, target, expression, scope, loop) -> It
         return
     if not backward_calls(loop) or not _reaches_a_later_backward(loop, expression):
         return
-    if detached_in(loop, expression) or reset_before(loop, stmt, expression):
+    if detached_in(loop, expression) or fresh_each_pass(loop, stmt, expression):
         return
     yield module.finding(CODE, "kept", target, detach_carried.keep_detached(module.source, expression, stmt, False),
                          carrier=module.source.segment(target), made_at=stmt, value=module.source.segment(stmt.value))
@@ -113,6 +121,17 @@ def _reaches_a_later_backward(loop, expression) -> bool:
                 if id(read) in live and sees_previous_pass(read, name, loop)]
 
     return flows_into_backward(loop, expression, reads=carried_reads)
+
+
+def _reset_after_its_backward(loop, expression) -> bool:
+    """Every backward that goes through `expression` is followed, on its pass, by a value without
+    history (`minibatch_loss.backward()`, then `minibatch_loss = 0`): losses summed over several
+    passes, each graph back-propagated once. Or each keeps its graph by the user's setting
+    (`retain_graph=self.retain_graph`), which the source cannot read."""
+    through = [b for b in backward_calls(loop)
+               if any(operand_reads(n, expression) for n in backward_inputs(loop, b.call, b.root))]
+    return bool(through) and (all(reset_after(loop, b.statement, expression) for b in through)
+                              or not any(b.frees_graph() or b.retains_graph() for b in through))
 
 
 def _fix(module, stmt, target, expression, scope, loop):
@@ -142,6 +161,26 @@ def _fix(module, stmt, target, expression, scope, loop):
 def _initial_is_tuple(scope, expression, before) -> bool:
     earlier = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
     return bool(earlier) and isinstance(src.value_of(earlier[0].stmt), ast.Tuple)
+
+
+def _reset_per_sequence(tree, forward, expression: str) -> bool:
+    """The class (or a workspace class it derives from) has a method that starts the state afresh
+    (`init_hidden(batch_size)`), and this
+    file calls it inside a loop or not at all (pymarl's learner calls `mac.init_hidden` before
+    unrolling each batch, from another file). Called only once, before the loop, it resets
+    nothing between backward calls: the usual bug."""
+    owner = src.parent(forward)
+    if not isinstance(owner, ast.ClassDef):
+        return False
+    methods = [*owner.body, *(m for base in jedi_types.workspace_bases(tree, owner) for m in base.body)]
+    resets = {m.name for m in methods if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and m.name not in (forward.name, "__init__")
+              and any(a.value is not None and not src.reads(a.value, expression) for a in src.assignments(m, expression))}
+    if not resets:
+        return False
+    calls = [n for n in src.all_nodes(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr in resets and getattr(src.enclosing_function(n), "name", None) not in resets]
+    return not calls or any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for c in calls for a in src.ancestors(c))
 
 
 def _module_methods(tree):
@@ -212,6 +251,25 @@ INVALID: list[Invalid] = [
             def forward(self, x):
                 y, self.hidden = self.lstm(x, self.hidden)
                 return y
+    """),
+    Invalid("a state with a reset method that the script calls once, before the loop", """
+        class Tagger(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gru = nn.GRU(3, 8)
+                self.hidden = None
+
+            def init_hidden(self):
+                self.hidden = torch.zeros(1, 2, 8)
+
+            def forward(self, x):
+                out, self.hidden = self.gru(x, self.hidden)
+                return out
+
+        tagger = Tagger()
+        tagger.init_hidden()
+        for x in batches:
+            tagger(x).sum().backward()
     """),
 ]
 VALID: list[Valid] = [
@@ -397,5 +455,113 @@ VALID: list[Valid] = [
                 valid_examples, valid_similarities = cosine_similarity(model.embed)
                 _, closest_idxs = valid_similarities.topk(6)
                 valid_examples, closest_idxs = valid_examples.to("cpu"), closest_idxs.to("cpu")
+    """),
+    Valid('a target made fresh under the condition that reads it, in a rollout back-propagated after (miles-credit)', """
+        for _ in range(batch_iterations):
+            optimizer.zero_grad()
+            total_loss = 0
+            forecast_step = 0
+            while forecast_step < window:
+                batch = next(dl)
+                forecast_step = batch["forecast_step"].item()
+                y_pred = model(x)
+                if forecast_step <= window:
+                    y = reshape_only(batch["y"]).to(device)
+                    if "y_diag" in batch:
+                        y_diag = batch["y_diag"].to(device).permute(0, 2, 1)
+                        y = torch.cat((y, y_diag), dim=1)
+                    y = torch.clamp(y, min=0)
+                    loss = criterion(y, y_pred).mean()
+                    total_loss += loss
+                x = y_pred.detach()
+            if total_loss > 0:
+                (total_loss / window).backward()
+                optimizer.step()
+    """),
+    Valid('state read in one `if`, made fresh by an earlier `if` of the same test (miles-credit)', """
+        for batch in loader:
+            x = batch["x"]
+            for step in range(4):
+                if step in backprop_steps:
+                    y = batch["y"][step]
+                x = torch.clamp(x, min=0)
+                if step in backprop_steps:
+                    y_pred, y, loss = model(y, x)
+                    loss.backward()
+                x = y_pred.detach()
+    """),
+    Valid("losses accumulated over episodes, back-propagated and reset together (torchgfn's tutorial)", """
+        flow = FlowModel(64)
+        minibatch_loss = 0
+        for episode in range(1000):
+            minibatch_loss += flow_matching_loss(flow(state), reward)
+            if episode % 4 == 0:
+                minibatch_loss = minibatch_loss / 4
+                minibatch_loss.backward()
+                opt.step()
+                opt.zero_grad()
+                minibatch_loss = 0
+    """),
+    Valid('the loop binds the batch afresh, then transforms it in place of itself (composer)', """
+        class Trainer:
+            def _train_loop(self, microbatches):
+                for microbatch_idx, self.state.batch in enumerate(microbatches):
+                    self.state.batch = self.state.device.batch_to_device(self.state.batch)
+                    self.state.batch = self._train_data_spec.microbatch_transforms(self.state.batch)
+                    self._train_microbatch(microbatch_idx)
+
+            def _train_microbatch(self, index):
+                outputs = self.state.model(self.state.batch)
+                loss = self._loss(outputs)
+                loss.backward()
+    """),
+    Valid('statistics carried by a loop whose backward runs in a helper (OpenNMT)', """
+        class Trainer:
+            def train(self, train_iter, train_steps):
+                report_stats = Statistics()
+                for i, batches in enumerate(train_iter):
+                    self._gradient_accumulation(batches, report_stats)
+                    report_stats = self._maybe_report_training(i, train_steps, report_stats)
+
+            def _gradient_accumulation(self, batches, report_stats):
+                for batch in batches:
+                    loss, stats = self.loss_fn(batch, self.model(batch))
+                    loss.backward()
+                    report_stats.update(stats)
+    """),
+    Valid("a forecast rollout that keeps its graph by the user's setting (miles-credit)", """
+        for batch in loader:
+            full_data = {}
+            for t in range(1, forecast_len + 1):
+                full_data = apply_blocks(step_blocks, full_data, batch)
+                loss = criterion(full_data["y"], model(full_data["x"]))
+                scaler.scale(loss).backward(retain_graph=self.retain_graph)
+    """),
+    Valid('names re-assigned from themselves in a forward are not shown to be tensors (miles-credit)', """
+        class Scaler(nn.Module):
+            def __init__(self, variables):
+                super().__init__()
+                self.variables = variables
+                self.expanded = False
+
+            def forward(self, batch):
+                if not self.expanded:
+                    self.variables = parse_variable_selection(self.variables, batch)
+                    self.expanded = True
+                return {k: batch[k] * 2 for k in self.variables}
+    """),
+    Valid('a recurrent controller reset by its init_hidden method, called per batch elsewhere (pymarl)', """
+        class BasicMAC(nn.Module):
+            def __init__(self, agent):
+                super().__init__()
+                self.agent = agent
+                self.hidden_states = None
+
+            def forward(self, inputs):
+                agent_outs, self.hidden_states = self.agent(inputs, self.hidden_states)
+                return agent_outs
+
+            def init_hidden(self, batch_size):
+                self.hidden_states = self.agent.init_hidden().expand(batch_size, -1)
     """),
 ]

@@ -8,10 +8,14 @@ from ...causes.bx002_running_total import CAUSE
 from ...fixes import accumulate_item
 from ...model import Finding
 from ...reading import source as src
+from ...reading.dataflow import ancestors, dependencies
 from ...reading.training import (
+    backward_calls,
     cuts_history,
+    flows_into_backward,
     has_history,
     is_backward_call,
+    reset_before,
     running_total,
     training_loops,
     under_no_grad,
@@ -29,7 +33,13 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             if term is None or under_no_grad(stmt) or cuts_history(term):
                 continue
             total = src.canonical(src.targets_of(stmt)[0])
+            if reset_before(training.loop, stmt, total):
+                continue  # `loss = actor_loss`, then `loss += critic_loss`: a sum within one pass
             if not has_history(term, training.scope, stmt.lineno, ignore=total):
+                continue
+            if not _strong_evidence(term, training, stmt.lineno, total):
+                continue
+            if _summed_for_one_backward(stmt, total, training.scope):
                 continue
             receiver = _backward_receiver(training.loop, total)
             fix = accumulate_item.accumulate_with_item(
@@ -37,6 +47,30 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             target = src.targets_of(stmt)[0]
             yield module.finding(CODE, "total", target, fix, carrier=module.source.segment(target), made_at=stmt,
                                  term=module.source.segment(term), backpropagated=receiver is not None)
+
+
+def _strong_evidence(term, training, line: int, total: str) -> bool:
+    """`total += x` is everywhere, so the term must be known to carry history: made by a module or
+    from parameters as far as the file shows, or back-propagated in the loop itself. What the
+    file cannot see into (`o, r, d, _ = env.step(a)`) is not enough."""
+    return has_history(term, training.scope, line, strict=True, ignore=total) \
+        or any(flows_into_backward(training.loop, src.canonical(read)) for read in dependencies(term))
+
+
+def _summed_for_one_backward(stmt, total: str, scope) -> bool:
+    """The loop adding up the total ends before a backward that goes through the total, and each
+    pass of the loop around it starts the total afresh: a loss summed over a rollout, then
+    back-propagated once (`total_loss += loss` over forecast steps, `total_loss.backward()` after)."""
+    inner = next((a for a in src.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))), None)
+    if inner is None:
+        return False
+    after = [b for b in backward_calls(scope) if b.line > inner.end_lineno and not src.inside(b.call, inner)
+             and (src.reads(b.root, total) or any(a.expression == total for a in ancestors(b.root, scope, b.line)))]
+    if not after:
+        return False
+    outer = next((a for a in src.ancestors(inner) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))), None)
+    return outer is None or not src.inside(outer, scope) and outer is not scope \
+        or all(src.inside(b.call, outer) for b in after) and reset_before(outer, inner, total)
 
 
 def _backward_receiver(loop, total):
@@ -115,5 +149,45 @@ VALID: list[Valid] = [
                 score += reward
             loss = -policy(torch.FloatTensor(state)).mean()
             loss.backward()
+    """),
+    Valid("episode return summed from an environment's rewards (firedup)", """
+        main = actor_critic(obs_dim, act_dim)
+        o, ep_ret = env.reset(), 0
+        for t in range(total_steps):
+            a = get_action(o, act_noise)
+            o2, r, d, _ = env.step(a)
+            ep_ret += r
+            if d:
+                o, ep_ret = env.reset(), 0
+            loss = compute_loss(main, buffer.sample())
+            loss.backward()
+            optimizer.step()
+    """),
+    Valid('a loss summed over a rollout, back-propagated once after it (miles-credit)', """
+        model = nn.Linear(3, 3)
+        for batch in loader:
+            total_loss = 0
+            x = batch["x"]
+            for step in range(4):
+                y_pred = model(x)
+                loss = criterion(batch["y"][step], y_pred).mean()
+                total_loss += loss
+                x = y_pred
+            optimizer.zero_grad()
+            (total_loss / 4).backward()
+            optimizer.step()
+    """),
+    Valid('two losses summed within one pass, the first assigned fresh (option-critic)', """
+        model = nn.Linear(4, 2)
+        while not done:
+            if len(buffer) > batch_size:
+                actor_loss = model(obs).sum()
+                loss = actor_loss
+                if steps % update_frequency == 0:
+                    critic_loss = model(buffer.sample()).pow(2).mean()
+                    loss += critic_loss
+                optim.zero_grad()
+                loss.backward()
+                optim.step()
     """),
 ]

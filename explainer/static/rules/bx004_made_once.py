@@ -17,6 +17,7 @@ from ...reading.training import (
     is_backward_call,
     is_leaf_like,
     is_module,
+    made_as_leaf,
     operand_reads,
     training_loops,
     under_no_grad,
@@ -50,7 +51,8 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Finding]:
             name = target.id
             if src.assignments(owner, name, deep=True) or not flows_into_backward(owner, name):
                 continue
-            if _later_assigned(scope, name, stmt, owner) or not _derived_from_parameters(stmt.value, scope, stmt.lineno):
+            if _later_assigned(scope, name, stmt, owner) or made_as_leaf(src.Assignment(stmt, target), scope) \
+                    or not has_history(target, scope, stmt.end_lineno + 1, strict=True):
                 continue
             model = _called_again(stmt, scope, owner)
             if model is not None:
@@ -304,6 +306,44 @@ VALID: list[Valid] = [
             features = get_features(target, vgg)
             loss = torch.mean((features - content_features) ** 2)
             optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """),
+    Valid('module containers and an absent parameter made in __init__ (MAML-Pytorch, miles-credit)', """
+        class Net(nn.Module):
+            def __init__(self, beta):
+                super().__init__()
+                self.a = nn.ParameterList([nn.Parameter(torch.zeros(3, 4))])
+                self.noise = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+                if beta:
+                    self.lin_beta = nn.Linear(4, 1, bias=False)
+                else:
+                    self.lin_beta = self.register_parameter("lin_beta", None)
+
+            def forward(self, x):
+                out = self.noise[0](x @ self.a[0])
+                return out if self.lin_beta is None else self.lin_beta(out)
+    """),
+    Valid("models and a leaf parameter returned by a set-up helper (torchgfn's tutorial)", """
+        class MLP(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(2, 1)
+
+            def forward(self, x):
+                return self.layer(x)
+
+        def setup_experiment():
+            forward_model, backward_model = MLP(), MLP()
+            log_z = nn.Parameter(torch.tensor(0.0))
+            optimizer = torch.optim.Adam([*forward_model.parameters(), log_z])
+            return forward_model, backward_model, log_z, optimizer
+
+        forward_model, backward_model, log_z, optimizer = setup_experiment()
+        for it in range(100):
+            optimizer.zero_grad()
+            x = torch.rand(16, 2)
+            loss = (log_z + forward_model(x) - backward_model(x)).pow(2).mean()
             loss.backward()
             optimizer.step()
     """),

@@ -1,14 +1,24 @@
 """BX006 shared-graph, found in source: the cause and its docs are explainer/causes/bx006_shared_graph.py."""
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from ...causes.bx006_shared_graph import CAUSE
 from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
 from ...model import Finding
 from ...reading import source as src
-from ...reading.dataflow import Ancestor, ancestor_keys, ancestors, modules_called, same_pass, shared_ancestor, steps
-from ...reading.training import Backward, backward_calls, has_history, scopes
+from ...reading.dataflow import (
+    Ancestor,
+    ancestor_keys,
+    ancestors,
+    modules_called,
+    root_ancestors,
+    same_pass,
+    shared_ancestor,
+    steps,
+)
+from ...reading.training import Backward, backward_calls, has_history, is_module, scopes
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
@@ -34,11 +44,62 @@ def check(module: CheckedModule) -> Iterator[Finding]:
                 if not same_pass(first.call, second.call):
                     continue
                 shared = shared_ancestor(first, second, scope)
-                if shared is None or id(shared.stmt) in flagged:
+                if shared is None or id(shared.stmt) in flagged or _apart(shared, first, second, scope):
                     continue
                 flagged.add(id(shared.stmt))
                 yield _diagnostic(module, scope, shared, first, second)
                 break
+
+
+def _apart(shared: Ancestor, first: Backward, second: Backward, scope) -> bool:
+    """Each loss reads its own attributes or keys of an object no module call made
+    (`dest.float_attr`, then `dest.scores`, of `dest = k2.expand_ragged_attributes(src)`; pix2pixHD's
+    `loss_dict['G_GAN']`, then `loss_dict['D_fake']`): such an object holds tensors made apart, so
+    sharing it is no evidence of sharing a graph. A model's output (`out.logits`, `out.loss`)
+    comes from one forward, and stays shared."""
+    value = shared.value
+    if not isinstance(value, ast.Call) or is_module(value.func, scope, shared.line):
+        return False
+    first_reads, second_reads = _parts_read(first, shared, scope), _parts_read(second, shared, scope)
+    return None not in (first_reads, second_reads) and bool(first_reads) and bool(second_reads) \
+        and not (first_reads & second_reads)
+
+
+def _parts_read(backward: Backward, shared: Ancestor, scope) -> frozenset[str] | None:
+    """What of `shared` a call's loss reads, in the loss itself and in what it was computed from
+    (`loss_G = loss_dict['G_GAN'] + ...`)."""
+    values = [backward.root, *(a.value for a in root_ancestors(backward, scope)
+                               if a.value is not None and a.stmt is not shared.stmt)]
+    parts: set[str] = set()
+    for value in values:
+        found = _attributes_read(value, shared.expression)
+        if found is None:
+            return None
+        parts |= found
+    return frozenset(parts)
+
+
+def _attributes_read(root, expression: str) -> frozenset[str] | None:
+    """The attributes and constant keys of `expression` that `root` reads (`dest.scores`,
+    `loss_dict['D_fake']`, `loss_dict.get('G_VGG', 0)`), or None where it reads the whole value."""
+    parts = set()
+    for read in src.reads(root, expression):
+        parent = src.parent(read)
+        call = src.parent(parent)
+        if isinstance(parent, ast.Subscript) and parent.value is read and isinstance(parent.slice, ast.Constant):
+            parts.add(repr(parent.slice.value))
+        elif isinstance(parent, ast.Attribute) and parent.attr == "get" and isinstance(call, ast.Call) \
+                and call.func is parent and call.args and isinstance(call.args[0], ast.Constant):
+            parts.add(repr(call.args[0].value))
+        elif isinstance(parent, ast.Attribute) and parent.value is read and parent.attr not in _TENSOR_VIEWS:
+            parts.add(parent.attr)
+        else:
+            return None
+    return frozenset(parts)
+
+
+# Attributes of a tensor that are the tensor itself, seen another way.
+_TENSOR_VIEWS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 
 
 def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward, second: Backward) -> Finding:
@@ -171,5 +232,42 @@ VALID: list[Valid] = [
             loss1.backward()
             loss2 = (batch @ w).pow(2).sum() + x.sum()
             loss2.backward()
+    """),
+    Valid("a constant scale, moved to a parameter's dtype, multiplies two losses (k2's tests)", """
+        float_attr = torch.tensor([0.1, 0.2, 0.3], requires_grad=True)
+        dest = arc_sort(float_attr)
+        expected = torch.empty_like(dest)
+        expected[0] = float_attr[1]
+        scale = torch.tensor([10, 20, 30]).to(float_attr)
+        (dest * scale).sum().backward()
+        (expected * scale).sum().backward()
+    """),
+    Valid('each loss reads its own entries of a dict of losses made inside the model (pix2pixHD)', """
+        losses, generated = model(label, image)
+        loss_dict = dict(zip(model.loss_names, losses))
+        loss_D = (loss_dict['D_fake'] + loss_dict['D_real']) * 0.5
+        loss_G = loss_dict['G_GAN'] + loss_dict.get('G_VGG', 0)
+        optimizer_G.zero_grad()
+        loss_G.backward()
+        optimizer_G.step()
+        optimizer_D.zero_grad()
+        loss_D.backward()
+        optimizer_D.step()
+    """),
+    Valid("two attributes of a library's object, each back-propagated once (k2's tests)", """
+        src = k2.Fsa.from_str(s).requires_grad_(True)
+        dest = k2.expand_ragged_attributes(src)
+        scale = torch.tensor([10, 20, 10])
+        (dest.float_attr * scale).sum().backward()
+        (dest.scores * scale).sum().backward()
+    """),
+    Valid("the same loss back-propagated under a condition and under its negation (Lightning's tests)", """
+        tensor = torch.tensor(1.0, requires_grad=True)
+        summed = strategy.all_gather(tensor).sum()
+        if not NEW_XLA:
+            summed.backward()
+        if sync_grads:
+            if NEW_XLA:
+                summed.backward()
     """),
 ]

@@ -189,4 +189,33 @@ VALID: list[Valid] = [
                 optimizer.zero_grad()
                 scheduler.step()
     """),
+    Valid("SAC: the entropy temperature stepped before the actor's backward (rl_algorithms)", """
+        class Actor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.Linear(4, 3)
+
+            def forward(self, states):
+                out = self.layer(states)
+                return out, out.sum(-1), out
+
+        class SACLearner:
+            def __init__(self):
+                self.actor = Actor()
+                self.log_alpha = torch.zeros(1, requires_grad=True)
+                self.alpha_optim = optim.Adam([self.log_alpha], lr=3e-4)
+                self.actor_optim = optim.Adam(self.actor.parameters(), lr=3e-4)
+
+            def update_model(self, states):
+                new_actions, log_prob, pre_tanh_value = self.actor(states)
+                alpha_loss = (-self.log_alpha * (log_prob + target_entropy).detach()).mean()
+                self.alpha_optim.zero_grad()
+                alpha_loss.backward()
+                self.alpha_optim.step()
+                alpha = self.log_alpha.exp()
+                actor_loss = (alpha * log_prob).mean() + pre_tanh_value.pow(2).mean()
+                self.actor_optim.zero_grad()
+                actor_loss.backward()
+                self.actor_optim.step()
+    """),
 ]

@@ -225,4 +225,21 @@ VALID: list[Valid] = [
                 critic_loss.backward()
                 self.network.critic_opt.step()
     """),
+    Valid("the loss is a method of a model a helper builds, fed samples drawn under no_grad (torchgfn)", """
+        from gfn.gflownet import TBGFlowNet
+
+        def init_gflownet(pf, pb):
+            gflownet = TBGFlowNet(pf, pb)
+            return gflownet
+
+        gflownet = init_gflownet(pf, pb)
+        sampler = nn.Linear(4, 4)
+        for iteration in range(100):
+            with torch.no_grad():
+                samples = sampler(states)
+            optimizer.zero_grad()
+            loss = gflownet.loss(env, samples)
+            loss.backward()
+            optimizer.step()
+    """),
 ]

@@ -73,4 +73,27 @@ VALID: list[Valid] = [
             outer_loss.backward()
             meta_opt.step()
     """),
+    Valid("gradients of one loss, then a reference loss on detached copies (miles-credit's tests)", """
+        members = [m.requires_grad_(True) for m in members]
+        loss = crps_loss(members, y)
+        grads = torch.autograd.grad(loss, members)
+        reference_members = [m.detach().clone().requires_grad_(True) for m in members]
+        reference = reference_crps(reference_members, y)
+        reference.backward()
+    """),
+    Valid('MAML-Pytorch: first-order inner steps with autograd.grad, one outer backward', """
+        net = Learner()
+        for i in range(task_num):
+            loss = F.cross_entropy(net(x_spt[i]), y_spt[i])
+            grad = torch.autograd.grad(loss, net.parameters())
+            fast_weights = list(map(lambda p: p[1] - lr * p[0], zip(grad, net.parameters())))
+            for k in range(1, update_step):
+                loss = F.cross_entropy(net(x_spt[i], fast_weights), y_spt[i])
+                grad = torch.autograd.grad(loss, fast_weights)
+                fast_weights = list(map(lambda p: p[1] - lr * p[0], zip(grad, fast_weights)))
+                losses_q[k + 1] += F.cross_entropy(net(x_qry[i], fast_weights), y_qry[i])
+        meta_optim.zero_grad()
+        (losses_q[-1] / task_num).backward()
+        meta_optim.step()
+    """),
 ]
