@@ -32,6 +32,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("paths", nargs="+", metavar="PATH")
     check.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     check.add_argument("--fix", action="store_true", help="apply the safe fixes in place, then report what is left")
+    check.add_argument("--unsafe-fixes", action="store_true",
+                       help="with --fix or --diff, apply the unsafe fixes too (shown as `unsafe fix`)")
+    check.add_argument("--diff", action="store_true",
+                       help="print the changes --fix would make as a unified diff, and write nothing")
+    check.add_argument("--statistics", action="store_true", help="print how many diagnostics of each code")
     check.add_argument("--select", type=_codes, help="only these codes (comma-separated prefixes)")
     check.add_argument("--ignore", type=_codes, help="skip these codes (comma-separated prefixes)")
     rule = commands.add_parser("rule", help="show a rule's documentation")
@@ -56,23 +61,33 @@ def main(argv: list[str] | None = None) -> int:
     if options.command == "run":
         return run(options.script, options.args, options.json)
     if options.command == "check":
-        return check(options.paths, options.format, options.select, options.ignore, options.fix)
+        return check(options.paths, options.format, options.select, options.ignore, options.fix,
+                     options.unsafe_fixes, options.diff, options.statistics)
     return show_rule(options.code)
 
 
-def check(paths: list[str], output: str, select, ignore, fix: bool = False) -> int:
-    from .render.diagnostics import render_json, render_text
+def check(paths: list[str], output: str, select, ignore, fix: bool = False, unsafe_fixes: bool = False,
+          diff: bool = False, statistics: bool = False) -> int:
+    from .render.diagnostics import render_json, render_statistics, render_text
     from .render.sarif import render_sarif
-    from .static.check import check_paths
+    from .static.check import Fixing, check_paths
 
-    report = check_paths(paths, select, ignore, fix)
-    if output == "json":
+    fixing = Fixing(unsafe=unsafe_fixes, write=not diff) if fix or diff else None
+    report = check_paths(paths, select, ignore, fixing or False)
+    if diff:
+        rendered = "".join(report.diffs).rstrip("\n")
+        fixes = f"{report.fixed} fix{'es' if report.fixed != 1 else ''}"
+        summary = f"Would apply {fixes}." if report.fixed else "No fixes would be applied."
+        rendered = f"{rendered}\n\n{summary}" if rendered else summary
+    elif statistics:
+        rendered = render_statistics(report.diagnostics, unsafe_fixes)
+    elif output == "json":
         rendered = render_json(report.diagnostics)
     elif output == "sarif":
         rendered = render_sarif(report.diagnostics)
     else:
         rendered = render_text(report.diagnostics, report.line, fixed=report.fixed if fix else None,
-                               unchecked=len(report.errors))
+                               unchecked=len(report.errors), unsafe_fixes=unsafe_fixes)
     try:
         print(rendered)
         sys.stdout.flush()
@@ -82,6 +97,8 @@ def check(paths: list[str], output: str, select, ignore, fix: bool = False) -> i
         print(f"explainer: {error}", file=sys.stderr)
     if report.errors:
         return 2
+    if diff:
+        return 1 if report.diffs else 0
     return 1 if report.diagnostics else 0
 
 

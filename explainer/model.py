@@ -78,6 +78,11 @@ class Fix:
     edits: tuple[Edit, ...]
     applicability: Applicability = "safe"
 
+    def unproven(self) -> Fix:
+        """This fix, offered as unsafe: the source does not show its edit is right for the
+        types involved (`.detach()` on what may be no tensor), or it removes a cut."""
+        return Fix(self.message, self.edits, "unsafe") if self.applicability == "safe" else self
+
     def to_json(self, with_filenames: bool = True) -> dict:
         return {"message": self.message, "applicability": self.applicability,
                 "edits": [e.to_json(with_filenames) for e in self.edits]}

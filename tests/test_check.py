@@ -318,6 +318,79 @@ def test_fix_rewrites_python_files_and_reports_what_is_left(tmp_path):
         compile((tmp_path / f"{name}.py").read_text(), name, "exec")
 
 
+def test_diff_prints_what_fix_would_change_and_writes_nothing(tmp_path):
+    buggy = tmp_path / "running_loss_total.py"
+    buggy.write_bytes((ROOT / "samples" / "running_loss_total.py").read_bytes())
+    clean = tmp_path / "clean.py"
+    clean.write_bytes((ROOT / "samples" / "rnn_hidden_chunks_fixed.py").read_bytes())
+    before = buggy.read_bytes()
+    result = run_check("--diff", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    assert f"--- a/{buggy}" in result.stdout and f"+++ b/{buggy}" in result.stdout
+    assert "-    total = total + loss  # culprit" in result.stdout
+    assert "+    total = total + loss.item()  # culprit" in result.stdout
+    assert result.stdout.rstrip().endswith("Would apply 1 fix.") and "clean.py" not in result.stdout
+    assert buggy.read_bytes() == before
+    result = run_check("--diff", str(clean))
+    assert result.returncode == 0 and result.stdout.strip() == "No fixes would be applied."
+
+
+# The loss is made by a function the file cannot see into, and only a `.detach()` cuts it: the
+# checker finds the loss has no history, but removing the cut changes what trains (A3C's detached
+# bootstrap value was such a cut), so that fix is applied only on request.
+CUT_LOSS = """
+import torch
+model = torch.nn.Linear(3, 1)
+for x, y in batches:
+    out = model(x).detach()
+    loss = ((out - y) ** 2).mean()
+    loss.backward()
+"""
+
+
+def test_unsafe_fixes_are_shown_and_applied_only_with_unsafe_fixes(tmp_path):
+    script = tmp_path / "cut.py"
+    script.write_text(CUT_LOSS)
+    shown = run_check(str(script))
+    assert "BX009 `out`" in shown.stdout and " = unsafe fix: " in shown.stdout
+    assert "(1 hidden fix can be enabled with the `--unsafe-fixes` option)." in shown.stdout
+    assert run_check("--fix", str(script)).returncode == 1 and script.read_text() == CUT_LOSS
+    assert "BX009 [*] `out`" in run_check("--unsafe-fixes", str(script)).stdout
+    result = run_check("--fix", "--unsafe-fixes", str(script))
+    assert result.returncode == 0 and "(1 fixed, 0 remaining)" in result.stdout
+    assert "out = model(x)\n" in script.read_text()
+
+
+def test_statistics_count_each_code(tmp_path):
+    for name in ("rnn_hidden_chunks", "gan_fake_reuse", "running_loss_total"):
+        (tmp_path / f"{name}.py").write_bytes((ROOT / "samples" / f"{name}.py").read_bytes())
+    (tmp_path / "cut.py").write_text(CUT_LOSS)
+    result = run_check("--statistics", str(tmp_path))
+    assert result.returncode == 1
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert rows == [["1", "BX001", "[*] carried-state"], ["1", "BX002", "[*] running-total"],
+                    ["1", "BX006", "[*] shared-graph"], ["1", "BX009", "[ ] loss-without-history"]]
+
+
+def test_a_fix_is_safe_only_where_the_source_shows_a_tensor(tmp_path):
+    """`.detach()` / `.item()` on a value made by a function the file cannot see into may land
+    on a Python number or a tuple: such fixes are unsafe. A term that is itself back-propagated
+    is a tensor, whatever made it."""
+    script = tmp_path / "unknown.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        model = torch.nn.Linear(3, 1)
+        total = 0
+        for x in batches:
+            state = advance(state, x)
+            loss = compute_loss(model, x, state)
+            loss.backward()
+            total = total + loss
+    """))
+    found = {d["code"]: d["fix"]["applicability"] for d in json.loads(run_check("--format", "json", str(script)).stdout)}
+    assert found == {"BX001": "unsafe", "BX002": "safe"}
+
+
 def test_fix_rewrites_only_the_fixed_lines_of_a_notebook(tmp_path):
     notebook = write_notebook(tmp_path / "rnn.ipynb", [*RNN_NOTEBOOK, ("code", "def broken(:\n    pass")])
     original = notebook.read_text()

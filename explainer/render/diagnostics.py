@@ -7,16 +7,19 @@ import os
 from ..model import Finding
 
 
-def render_text(diagnostics: list[Finding], line_of, fixed: int | None = None, unchecked: int = 0) -> str:
-    """ruff's layout: `path:row:col: CODE message` (`path:cell N:row:col:` in a notebook), the
-    source line with the range underlined, and the fix. `line_of(diagnostic)` gives the line;
-    `fixed` is how many fixes --fix applied (None without --fix); `unchecked` how many files
-    could not be read or parsed (their errors go to stderr)."""
+def render_text(diagnostics: list[Finding], line_of, fixed: int | None = None, unchecked: int = 0,
+                unsafe_fixes: bool = False) -> str:
+    """ruff's layout: `path:row:col: CODE [*] message` (`path:cell N:row:col:` in a notebook;
+    `[*]` where --fix would apply the fix), the source line with the range underlined, and the
+    fix. `line_of(diagnostic)` gives the line; `fixed` is how many fixes --fix applied (None
+    without --fix); `unchecked` how many files could not be read or parsed (their errors go to
+    stderr); `unsafe_fixes`: --unsafe-fixes was given."""
     out = []
     for d in diagnostics:
         path = os.path.relpath(d.filename) if os.path.isabs(d.filename) else d.filename
         cell = f"cell {d.cell}:" if d.cell is not None else ""
-        out.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} {d.message}")
+        mark = "[*] " if _applied(d, unsafe_fixes) else ""
+        out.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} {mark}{d.message}")
         line = line_of(d)
         if line is not None:
             gutter = " " * len(str(d.location.row))
@@ -25,7 +28,8 @@ def render_text(diagnostics: list[Finding], line_of, fixed: int | None = None, u
             out.append(f"{d.location.row} | {line}")
             out.append(f"{gutter} | {' ' * (d.location.column - 1)}{'^' * max(1, width)}")
         if d.fix is not None:
-            out.append(f"{' ' * len(str(d.location.row))} = fix: {d.fix.message}")
+            kind = "fix" if d.fix.applicability == "safe" else f"{d.fix.applicability} fix"
+            out.append(f"{' ' * len(str(d.location.row))} = {kind}: {d.fix.message}")
         out.append("")
     count = len(diagnostics)
     if fixed:
@@ -37,7 +41,40 @@ def render_text(diagnostics: list[Finding], line_of, fixed: int | None = None, u
         out.append("No diagnostics." if unchecked else "All checks passed.")
     if unchecked:
         out[-1] += f" {unchecked} input{'s' if unchecked != 1 else ''} could not be checked (stderr says why)."
+    if fixed is None:
+        out.extend(_fixable_summary(diagnostics, unsafe_fixes))
     return "\n".join(out)
+
+
+def render_statistics(diagnostics: list[Finding], unsafe_fixes: bool = False) -> str:
+    """ruff's `--statistics`: how many of each code, most first, `[*]` where --fix fixes them."""
+    from ..causes import BY_CODE
+
+    counts: dict[str, list[Finding]] = {}
+    for d in diagnostics:
+        counts.setdefault(d.code, []).append(d)
+    width = len(str(max((len(found) for found in counts.values()), default=0)))
+    rows = sorted(counts.items(), key=lambda item: (-len(item[1]), item[0]))
+    out = [f"{len(found):>{width}}\t{code}\t{'[*]' if any(_applied(d, unsafe_fixes) for d in found) else '[ ]'} "
+           f"{BY_CODE[code].name}" for code, found in rows]
+    return "\n".join(out) if out else "All checks passed."
+
+
+def _applied(diagnostic: Finding, unsafe_fixes: bool) -> bool:
+    """--fix would apply this diagnostic's fix (an unsafe one only with --unsafe-fixes)."""
+    fix = diagnostic.fix
+    return fix is not None and (fix.applicability == "safe" or unsafe_fixes and fix.applicability == "unsafe")
+
+
+def _fixable_summary(diagnostics: list[Finding], unsafe_fixes: bool) -> list[str]:
+    fixable = sum(1 for d in diagnostics if _applied(d, unsafe_fixes))
+    hidden = 0 if unsafe_fixes else sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability == "unsafe")
+    if not fixable and not hidden:
+        return []
+    line = f"[*] {fixable} fixable with the `--fix` option." if fixable else "No fixes available"
+    if hidden:
+        line += f" ({hidden} hidden fix{'es' if hidden != 1 else ''} can be enabled with the `--unsafe-fixes` option)."
+    return [line if line.endswith(".") else line + "."]
 
 
 def render_json(diagnostics: list[Finding]) -> str:

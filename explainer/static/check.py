@@ -2,6 +2,7 @@
 notebooks as one module of their code cells, and `--fix`."""
 from __future__ import annotations
 
+import difflib
 import io
 import re
 import sys
@@ -26,11 +27,25 @@ _FIX_PASSES = 8
 _MAY_TRAIN = re.compile(r"backward|forward|autograd")
 
 
+@dataclass(frozen=True)
+class Fixing:
+    """What `--fix` does: which fixes it applies (`unsafe` too with --unsafe-fixes), and whether
+    it writes the files or only reports the change as a diff (`--diff`)."""
+
+    unsafe: bool = False
+    write: bool = True
+
+    def accepts(self, fix: Fix) -> bool:
+        return fix.applicability == "safe" or self.unsafe and fix.applicability == "unsafe"
+
+
 @dataclass
 class Report:
     diagnostics: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     fixed: int = 0
+    # --diff: a unified diff per file the fixes would change, in the order the files were read.
+    diffs: list[str] = field(default_factory=list)
     # What the text renderer quotes: the lines of each file with diagnostics, by (file, cell).
     lines: dict[tuple[str, int | None], list[str]] = field(default_factory=dict)
 
@@ -87,11 +102,13 @@ def recursion_headroom():
                 sys.setrecursionlimit(_limit_before)
 
 
-def check_paths(paths: Iterable[str], select=None, ignore=None, fix: bool = False) -> Report:
+def check_paths(paths: Iterable[str], select=None, ignore=None, fix: bool | Fixing = False) -> Report:
+    """Check every file under `paths`. `fix`: apply fixes first (True: the safe ones, written)."""
     report = Report()
+    fixing = Fixing() if fix is True else fix or None
     for path in _files(paths, report):
         try:
-            _check_file(path, report, select, ignore, fix)
+            _check_file(path, report, select, ignore, fixing)
         except Exception as error:  # noqa: BLE001 (the one per-file boundary: report, go on)
             # A checker bug must not cost the other files their check; it is an internal error
             # (exit code 2), named with the file so it can be reported (tests/test_fuzz.py fails
@@ -100,7 +117,7 @@ def check_paths(paths: Iterable[str], select=None, ignore=None, fix: bool = Fals
     return report
 
 
-def _check_file(path: Path, report: Report, select, ignore, fix: bool) -> None:
+def _check_file(path: Path, report: Report, select, ignore, fix: Fixing | None) -> None:
     try:
         raw = _read(path)
     except (OSError, UnicodeError, SyntaxError) as error:  # UnicodeError: also the punycode codec's
@@ -111,7 +128,7 @@ def _check_file(path: Path, report: Report, select, ignore, fix: bool) -> None:
         return
     try:
         if fix:
-            raw = _fix_file(path, raw, report, select, ignore, lambda text: text)
+            raw = _fix_file(path, raw, report, select, ignore, lambda text: text, fix)
         found = check_text(raw, str(path), select, ignore)
     except (SyntaxError, ValueError) as error:
         if not isinstance(error, SyntaxError) or error.lineno is None:
@@ -126,7 +143,7 @@ def _check_file(path: Path, report: Report, select, ignore, fix: bool) -> None:
         report.lines[(str(path), None)] = list(src.split_lines(raw))  # the rows the AST counts
 
 
-def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: bool) -> None:
+def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: Fixing | None) -> None:
     try:
         notebook = _parseable_notebook(path, raw, report, select=select, ignore=ignore)
     except NotebookError as error:
@@ -135,7 +152,7 @@ def _check_notebook(path: Path, raw: str, report: Report, select, ignore, fix: b
     try:
         if fix and notebook.text:
             try:
-                fixed_json = _fix_file(path, notebook.text, report, select, ignore, notebook.with_text)
+                fixed_json = _fix_file(path, notebook.text, report, select, ignore, notebook.with_text, fix)
                 notebook = _parseable_notebook(path, fixed_json, report, quiet=True)
             except NotebookError as error:
                 report.errors.append(f"{path}: not fixed: {_one_line(error)}")
@@ -166,25 +183,33 @@ def does_not_parse(filename: str, row: int, column: int, message: str) -> Findin
                    Evidence(facts=(("error", message),)))
 
 
-def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize) -> str:
-    """Apply safe fixes to `text` (a module); write `serialize(text)` back to `path` when
-    something changed. Returns what was written (or `serialize(text)`)."""
-    fixed_text, fixed = apply_safe_fixes(text, str(path), select, ignore)
+def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize, fixing: Fixing) -> str:
+    """Apply the fixes `fixing` accepts to `text` (a module); write `serialize(text)` back to
+    `path` when something changed, or with --diff record the change. Returns the fixed
+    `serialize(text)`, as written (with --diff, as it would be)."""
+    fixed_text, fixed = apply_safe_fixes(text, str(path), select, ignore, fixing=fixing)
     written = serialize(fixed_text)
     if fixed_text != text:
-        path.write_text(written, encoding="utf-8")
         report.fixed += fixed
+        if fixing.write:
+            path.write_text(written, encoding="utf-8")
+        else:
+            name = str(path) + (" (code cells)" if path.suffix == ".ipynb" else "")
+            report.diffs.append("".join(difflib.unified_diff(
+                text.splitlines(keepends=True), fixed_text.splitlines(keepends=True), f"a/{name}", f"b/{name}")))
     return written
 
 
-def apply_safe_fixes(text: str, filename: str, select=None, ignore=None, accept=None) -> tuple[str, int]:
-    """`text` with non-overlapping safe fixes applied, pass after pass until none is left (at
-    most a few passes), and how many were applied. Never returns code that does not parse.
-    `accept(text, fix)`, if given, picks which of the fixes found in `text` may be applied."""
+def apply_safe_fixes(text: str, filename: str, select=None, ignore=None, accept=None,
+                     fixing: Fixing = Fixing()) -> tuple[str, int]:
+    """`text` with non-overlapping safe fixes applied (unsafe ones too where `fixing` says so),
+    pass after pass until none is left (at most a few passes), and how many were applied. Never
+    returns code that does not parse. `accept(text, fix)`, if given, picks which of the fixes
+    found in `text` may be applied."""
     fixed = 0
     for _ in range(_FIX_PASSES):
         fixes = _compatible([d.fix for d in check_text(text, filename, select, ignore)
-                             if d.fix is not None and d.fix.applicability == "safe"
+                             if d.fix is not None and fixing.accepts(d.fix)
                              and (accept is None or accept(text, d.fix))])
         if not fixes:
             break

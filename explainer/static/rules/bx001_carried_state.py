@@ -66,6 +66,9 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Findi
         if loop is not None and running_total(stmt) is not None:
             continue  # BX002's business
         fix = _fix(module, stmt, target, expression, scope, loop)
+        if fix is not None and not strict and not has_history(src.value_of(stmt), scope, stmt.lineno, strict=True,
+                                                              ignore=expression):
+            fix = fix.unproven()  # `.detach()` on a value the source does not show to be a tensor
         yield module.finding(CODE, "itself", target, fix, carrier=module.source.segment(target), made_at=stmt)
 
 
@@ -89,8 +92,11 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
             or fresh_each_pass(loop, stmt, expression):
         return
     is_tuple = _initial_is_tuple(scope, expression, stmt.lineno)
-    yield module.finding(CODE, "through-name", target,
-                         detach_carried.keep_detached(module.source, expression, stmt, is_tuple),
+    fix = detach_carried.keep_detached(module.source, expression, stmt, is_tuple)
+    if fix is not None and not has_history(made_from_old.value, scope, made_from_old.line, strict=True,
+                                           ignore=expression):
+        fix = fix.unproven()
+    yield module.finding(CODE, "through-name", target, fix,
                          carrier=module.source.segment(target), made_at=made_from_old.stmt,
                          value=module.source.segment(stmt.value))
 

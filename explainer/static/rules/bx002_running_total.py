@@ -44,6 +44,9 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             receiver = _backward_receiver(training.loop, total)
             fix = accumulate_item.accumulate_with_item(
                 module.source, total, src.Assignment(stmt, src.targets_of(stmt)[0]), receiver)
+            if fix is not None and not has_history(term, training.scope, stmt.lineno, strict=True, ignore=total) \
+                    and not _back_propagated(training.loop, term):
+                fix = fix.unproven()  # `.item()` on a term the source does not show to be a tensor
             target = src.targets_of(stmt)[0]
             yield module.finding(CODE, "total", target, fix, carrier=module.source.segment(target), made_at=stmt,
                                  term=module.source.segment(term), backpropagated=receiver is not None)
@@ -54,7 +57,13 @@ def _strong_evidence(term, training, line: int, total: str) -> bool:
     from parameters as far as the file shows, or back-propagated in the loop itself. What the
     file cannot see into (`o, r, d, _ = env.step(a)`) is not enough."""
     return has_history(term, training.scope, line, strict=True, ignore=total) \
+        or _back_propagated(training.loop, term) \
         or any(flows_into_backward(training.loop, src.canonical(read)) for read in dependencies(term))
+
+
+def _back_propagated(loop, term) -> bool:
+    """`loss.backward()` in the loop: the term is a tensor, whatever made it."""
+    return any(src.canonical(b.root) == src.canonical(term) for b in backward_calls(loop))
 
 
 def _summed_for_one_backward(stmt, total: str, scope) -> bool:

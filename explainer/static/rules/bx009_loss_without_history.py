@@ -68,7 +68,10 @@ def _diagnostic(module, scope, backward, ancestor: Ancestor, how: str) -> Findin
         function, decorator = called_without_graph(ancestor.value, scope)
         facts.update(function=function.name, decorator=source.segment(decorator), decorator_row=decorator.lineno)
     variant = {"no_grad": "no-grad", "decorated": "decorated"}.get(how, "detached")
-    return module.finding(CODE, variant, ancestor.target, _fix(source, scope, ancestor, how),
+    fix = _fix(source, scope, ancestor, how)
+    # Removing a cut changes what trains, and the cut may be meant (A3C's detached bootstrap
+    # value): applied only on request.
+    return module.finding(CODE, variant, ancestor.target, fix.unproven() if fix is not None else None,
                           carrier=source.segment(ancestor.target), made_at=ancestor.stmt, backward=backward.call, **facts)
 
 
