@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Language-server latency: didChange to publishDiagnostics (p50, p95) on 100-, 2,000- and
-10,000-line files, and start-up time, in one run.
+"""Language-server latency: didChange to publishDiagnostics (p50, p95) on 100-, 2,000-, 10,000-
+and 50,000-line files, and start-up time, in one run.
 
     .venv/bin/python benchmarks/lsp_latency.py            # 60 edits per size, 5 start-ups
     .venv/bin/python benchmarks/lsp_latency.py --quick    # 15 edits, 2 start-ups
@@ -23,8 +23,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from lsp_wire import WireClient  # noqa: E402  (the stdio JSON-RPC client the tests use too)
 
 RESULTS = ROOT / "benchmarks" / "results"
-SIZES = (100, 2000, 10000)
-TARGET_P95_MS_AT_2000 = 100.0
+SIZES = (100, 2000, 10000, 50000)
+# p95 targets (issue 21): an edit in a long notebook should feel as quick as in a short script.
+TARGET_P95_MS = {2000: 50.0, 10000: 100.0}
 TARGET_STARTUP_S = 1.0
 
 
@@ -97,12 +98,12 @@ def main(argv=None) -> int:
     print(f"{'lines':>7} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
     for entry in results["sizes"].values():
         print(f"{entry['lines']:>7} {entry['p50_ms']:8.1f} {entry['p95_ms']:8.1f} {entry['max_ms']:8.1f}")
-    p95 = results["sizes"]["2000"]["p95_ms"]
     startup = results["startup_s"]["median"]
     print(f"\nstart-up (spawn to initialize response): median {startup:.2f} s, max {results['startup_s']['max']:.2f} s "
           f"(target <= {TARGET_STARTUP_S:.0f} s: {'met' if startup <= TARGET_STARTUP_S else 'missed'})")
-    print(f"p95 at 2,000 lines: {p95:.1f} ms (target <= {TARGET_P95_MS_AT_2000:.0f} ms: "
-          f"{'met' if p95 <= TARGET_P95_MS_AT_2000 else 'missed'})")
+    for size, target in TARGET_P95_MS.items():
+        p95 = results["sizes"][str(size)]["p95_ms"]
+        print(f"p95 at {size:,} lines: {p95:.1f} ms (target <= {target:.0f} ms: {'met' if p95 <= target else 'missed'})")
     options.json.write_text(json.dumps(results, indent=2))
     return 0
 

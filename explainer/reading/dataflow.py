@@ -211,7 +211,8 @@ def _branch(owner: ast.AST, node: ast.AST) -> str | None:
 @dataclass(frozen=True)
 class Step:
     """`optimizer.step()` (or `scaler.step(optimizer)`), and the modules whose parameters that
-    optimizer updates, when the source shows them (None: unknown)."""
+    optimizer updates, when the source shows them (None: unknown). A module's `load_state_dict`
+    is one too, updating that module."""
 
     call: ast.Call
     optimizer: str
@@ -230,6 +231,10 @@ def steps(scope: ast.AST) -> tuple[Step, ...]:
 def _steps(scope: ast.AST) -> list[Step]:
     found = []
     for node in src.own_nodes(scope):
+        loaded = _loaded_module(node, scope)
+        if loaded is not None:
+            found.append(Step(node, loaded, frozenset({loaded})))
+            continue
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"):
             continue
         receiver = node.func.value
@@ -239,6 +244,17 @@ def _steps(scope: ast.AST) -> list[Step]:
         found.append(Step(node, src.canonical(optimizer), _updated_modules(optimizer, scope, node.lineno)))
     found.sort(key=lambda s: (s.call.lineno, s.call.col_offset))
     return found
+
+
+def _loaded_module(node: ast.AST, scope: ast.AST) -> str | None:
+    """`target_actor.load_state_dict(actor.state_dict())`: copies into the module's parameters in
+    place, as a step does (the target network's forward made before it cannot be
+    back-propagated after it). Returns the module's expression."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load_state_dict"
+            and node.args and not isinstance(node.args[0], ast.Dict)):
+        return None
+    module = node.func.value
+    return src.canonical(module) if is_module(module, scope, node.lineno) else None
 
 
 def _constructor(node: ast.AST, scope: ast.AST, before: int) -> ast.Call | None:

@@ -155,9 +155,11 @@ def _in_init(module) -> Iterator[Finding]:
                 continue
             for target in src.targets_of(stmt):
                 expression = src.canonical(target)
-                if not expression.startswith("self.") or not operand_reads(forward, expression):
+                # Cheapest first: most of `__init__` makes submodules (`self.fc = nn.Linear(...)`),
+                # which compute nothing.
+                if not expression.startswith("self.") or not _derived_from_parameters(stmt.value, init, stmt.lineno):
                     continue
-                if src.assignments(forward, expression) or not _derived_from_parameters(stmt.value, init, stmt.lineno):
+                if not operand_reads(forward, expression) or src.assignments(forward, expression):
                     continue
                 fix = move_into_loop.inline_attribute(module.source, cls, stmt, expression)
                 yield module.finding(CODE, "init", target, fix, carrier=expression, made_at=stmt)

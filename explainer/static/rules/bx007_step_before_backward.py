@@ -70,13 +70,41 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         drop = graph_options.drop_keyword(source, retaining[-1].call, keyword)
         if drop is not None:
             fix = Fix(fix.message + f", without {keyword}=True", fix.edits + (drop,))
+    if fix is not None and step.call.func.attr == "load_state_dict":
+        # Recomputed after the load, the target network's output is the loaded network's: the
+        # values change, which moving the load after the update would not do.
+        fix = fix.unproven()
     return module.finding(CODE, "stale", stale.target, fix, carrier=name, made_at=stale.stmt, backward=backward.call,
                           steps=(step.call,))
 
 
+# A hard target update between the target network's forward and the backward through it.
+TARGET_UPDATE = """
+        class Actor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+
+            def forward(self, s):
+                return torch.tanh(self.fc(s))
+
+        actor, target_actor = Actor(), Actor()
+        critic = nn.Linear(6, 1)
+        optimizer = torch.optim.Adam(critic.parameters())
+        for s, s2, r in batches:
+            next_q = critic(torch.cat([s2, target_actor(s2)], 1))
+{before}            loss = (r + 0.99 * next_q - critic(torch.cat([s, actor(s)], 1))).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+{after}
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("a target network loaded between its forward and the backward through it (MADDPG)",
+            TARGET_UPDATE.format(before="            target_actor.load_state_dict(actor.state_dict())\n", after="")),
     Invalid("FactorVAE: a trainer class steps the VAE before the discriminator's backward", """
         from model import Discriminator, FactorVAE
 
@@ -153,6 +181,8 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("the target network loaded after the update", TARGET_UPDATE.format(
+        before="", after="            target_actor.load_state_dict(actor.state_dict())\n")),
     Valid("optimizers imported by class name, the actor's loss from a forward after the critic's step", """
         from torch.optim import Adam, RMSprop
         actor, critic = nn.Linear(4, 2), nn.Linear(6, 1)
