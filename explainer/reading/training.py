@@ -451,12 +451,28 @@ def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
     func = call.func
     if isinstance(func, ast.Name):
         return _module_functions(src.module_of(scope)).get(func.id)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
-        owner = src.enclosing_class(call)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        owner = src.enclosing_class(call) if func.value.id == "self" else _instance_of(func.value, call)
         if owner is not None:
             return next((m for m in owner.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                          and m.name == func.attr), None)
     return None
+
+
+def _instance_of(name: ast.Name, at: ast.AST) -> ast.ClassDef | None:
+    """The class of this file that `name` (read at `at`) was made from: `agent = Agent(...)` in
+    the enclosing function or at module level, for `agent.learn(loss)`."""
+    scope = src.enclosing_function(at) or src.module_of(at)
+    module = src.module_of(at)
+    last = src.last_assignment(scope, name.id, at.lineno) or src.last_assignment(module, name.id, at.lineno) \
+        if scope is not module else src.last_assignment(module, name.id, at.lineno)
+    made = last.value if last is not None else None
+    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in _MOVES:
+        made = made.func.value
+    if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
+        return None
+    classes = _classes(module).get(made.func.id, ())
+    return classes[0] if len(classes) == 1 else None
 
 
 def runs_backward(node: ast.AST, depth: int = 0) -> bool:
@@ -598,6 +614,13 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
                        for a in src.assignments(module, node.id))
         value = last.value if last is not None else None
         return value is not None and is_module(value, scope, last.stmt.lineno, depth + 1)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id != "self":
+        # `agent.net`, where `agent = Agent()` and Agent's methods set `self.net = nn.GRU(...)`
+        owner = _instance_of(node.value, node)
+        return owner is not None and any(
+            a.value is not None and is_module(a.value, src.enclosing_function(a.stmt) or owner, a.stmt.lineno + 1,
+                                              depth + 1)
+            for a in src.assignments(owner, f"self.{node.attr}", deep=True))
     return False
 
 

@@ -197,9 +197,30 @@ def _module_methods(tree):
             yield forward
 
 
+# The loss goes to an object's method that runs the backward; the state comes from the object's
+# own submodule.
+AGENT_LEARNS = """
+        class Agent:
+            def __init__(self):
+                self.net = nn.GRU(3, 8)
+                self.optimizer = torch.optim.Adam(self.net.parameters())
+
+            def learn(self, loss):
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+        agent = Agent()
+        h = torch.zeros(1, 1, 8)
+        for x in batches:
+            out, h = agent.net(x, {state})
+            agent.learn(out.pow(2).mean())
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("a loss passed to an agent's learn(), which runs the backward", AGENT_LEARNS.format(state="h")),
     Invalid("the previous iteration's loss kept for the next one", """
         model = nn.Linear(4, 1)
         prev_loss = None
@@ -279,6 +300,8 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("a loss passed to an agent's learn(), the state detached as it re-enters",
+          AGENT_LEARNS.format(state="h.detach()")),
     Valid("per-layer states detached at the start of each step", """
         cells = nn.ModuleList([nn.GRUCell(4, 4) for _ in range(2)])
         states = [torch.zeros(3, 4) for _ in cells]
