@@ -614,6 +614,8 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
                        for a in src.assignments(module, node.id))
         value = last.value if last is not None else None
         return value is not None and is_module(value, scope, last.stmt.lineno, depth + 1)
+    if isinstance(node, (ast.Name, ast.Attribute)) and src.canonical(node) in _parameters_taken(scope):
+        return True  # `main.q` where `Adam(main.q.parameters())`: only a module has parameters()
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id != "self":
         # `agent.net`, where `agent = Agent()` and Agent's methods set `self.net = nn.GRU(...)`
         owner = _instance_of(node.value, node)
@@ -622,6 +624,14 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
                                               depth + 1)
             for a in src.assignments(owner, f"self.{node.attr}", deep=True))
     return False
+
+
+def _parameters_taken(scope: ast.AST) -> frozenset[str]:
+    """What `scope` calls `.parameters()` or `.named_parameters()` of (`main.q`), indexed once."""
+    return src.cached(scope, "_parameters_taken", lambda: frozenset(
+        src.canonical(n.func.value) for n in src.own_nodes(scope)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("parameters", "named_parameters") and not n.args))
 
 
 def _local(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:

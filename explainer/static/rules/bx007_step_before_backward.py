@@ -100,9 +100,31 @@ TARGET_UPDATE = """
 {after}
 """
 
+# The model comes from a factory passed as a parameter (Spinning Up's `actor_critic`): only the
+# optimizers' `.parameters()` show its parts are modules.
+FACTORY_DDPG = """
+        def ddpg(actor_critic, steps):
+            main = actor_critic(4, 2)
+            pi_optimizer = torch.optim.Adam(main.pi.parameters())
+            q_optimizer = torch.optim.Adam(main.q.parameters())
+            for t in range(steps):
+                o, a, r = sample()
+                q = main.q(o, a)
+{early}                q_loss = (q - r).pow(2).mean()
+                q_optimizer.zero_grad()
+                q_loss.backward()
+                q_optimizer.step()
+{late}                pi_optimizer.zero_grad()
+                pi_loss.backward()
+                pi_optimizer.step()
+"""
+PI_LOSS = "                pi_loss = -main.q(o, main.pi(o)).mean()\n"
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("DDPG from a factory parameter: the actor's loss made before the critic's step",
+            FACTORY_DDPG.format(early=PI_LOSS, late="")),
     Invalid("a target network loaded between its forward and the backward through it (MADDPG)",
             TARGET_UPDATE.format(before="            target_actor.load_state_dict(actor.state_dict())\n", after="")),
     Invalid("FactorVAE: a trainer class steps the VAE before the discriminator's backward", """
@@ -181,6 +203,8 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("DDPG from a factory parameter: the actor's loss made after the critic's step",
+          FACTORY_DDPG.format(early="", late=PI_LOSS)),
     Valid("the target network loaded after the update", TARGET_UPDATE.format(
         before="", after="            target_actor.load_state_dict(actor.state_dict())\n")),
     Valid("optimizers imported by class name, the actor's loss from a forward after the critic's step", """
