@@ -497,9 +497,28 @@ def _read_index(node: ast.AST) -> dict[str, list[ast.expr]]:
                 getattr(sub, "ctx", None), ast.Load
             ):
                 index.setdefault(canonical(sub), []).append(sub)
+            name = _read_by_name(sub)
+            if name is not None:
+                index.setdefault(name, []).append(sub)
         return index
 
     return cached(node, "_read_index", build)
+
+
+def _read_by_name(node: ast.AST) -> str | None:
+    """`locals().get("out")`, `locals()["out"]`, `vars()["out"]`: a read of `out`, spelled as a
+    string (a loop that reads last pass's output this way carries it like `prev = out` does)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        namespace, key = node.func.value, node.args[0] if node.args else None
+    elif isinstance(node, ast.Subscript) and isinstance(getattr(node, "ctx", None), ast.Load):
+        namespace, key = node.value, node.slice
+    else:
+        return None
+    if isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) \
+            and namespace.func.id in ("locals", "vars", "globals") and not namespace.args \
+            and isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier():
+        return key.value
+    return None
 
 
 def names_read(node: ast.AST) -> set[str]:

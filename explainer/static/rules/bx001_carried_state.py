@@ -104,13 +104,21 @@ def _carried_through_a_name(module, stmt, target, expression, scope, loop) -> It
 def _kept_for_the_next_pass(module, stmt, target, expression, scope, loop) -> Iterator[Finding]:
     """`prev_loss = loss` (or `self.last_output = out`) while this pass's backward reads the
     previous pass's `prev_loss`: the kept value's graph is freed before the next pass uses it."""
-    if not has_history(stmt.value, scope, stmt.lineno, strict=True):
-        return
+    if isinstance(target, ast.Subscript) or not has_history(stmt.value, scope, stmt.lineno, strict=True):
+        return  # an item of a container (`cache["last"] = out`) is BX005's
     if not backward_calls(loop) or not _reaches_a_later_backward(loop, expression):
         return
     if detached_in(loop, expression) or fresh_each_pass(loop, stmt, expression):
         return
-    yield module.finding(CODE, "kept", target, detach_carried.keep_detached(module.source, expression, stmt, False),
+    # Where this pass also computes with the value after making it (`out = model(x)`, then
+    # `out.pow(2)`, with last pass's `out` read through `locals()`), detaching it where it is made
+    # would detach this step's loss too: it is detached after this pass's backward instead.
+    fix = detach_carried.keep_detached(module.source, expression, stmt, False)
+    if any(read.lineno > stmt.end_lineno for read in operand_reads(loop, expression)):
+        after = [b for b in backward_calls(loop) if b.line > stmt.end_lineno]
+        fix = detach_carried.detach_after_backward(module.source, expression, after[-1].statement, False) \
+            if after else None
+    yield module.finding(CODE, "kept", target, fix,
                          carrier=module.source.segment(target), made_at=stmt, value=module.source.segment(stmt.value))
 
 
@@ -217,9 +225,25 @@ AGENT_LEARNS = """
             agent.learn(out.pow(2).mean())
 """
 
+# Last pass's output read back through `locals()`.
+THROUGH_LOCALS = """
+        model = nn.Linear(4, 4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x in batches:
+            previous = locals().get("out")
+            out = model(x)
+            loss = out.pow(2).mean()
+            if previous is not None:
+                loss = loss + (out - previous).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+{after}            optimizer.step()
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("last pass's output read back through locals()", THROUGH_LOCALS.format(after="")),
     Invalid("a loss passed to an agent's learn(), which runs the backward", AGENT_LEARNS.format(state="h")),
     Invalid("the previous iteration's loss kept for the next one", """
         model = nn.Linear(4, 1)
@@ -300,6 +324,8 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("last pass's output read back through locals(), detached after the backward",
+          THROUGH_LOCALS.format(after="            out = out.detach()\n")),
     Valid("a loss passed to an agent's learn(), the state detached as it re-enters",
           AGENT_LEARNS.format(state="h.detach()")),
     Valid("per-layer states detached at the start of each step", """

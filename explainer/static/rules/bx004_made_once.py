@@ -64,8 +64,10 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Finding]:
 
 
 def _empty_list(value) -> bool:
-    return isinstance(value, ast.List) and not value.elts \
-        or isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "list" and not value.args
+    """`[]`, `list()`, and likewise an empty dict: a container filled later, not a value made here."""
+    return isinstance(value, ast.List) and not value.elts or isinstance(value, ast.Dict) and not value.keys \
+        or isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in ("list", "dict") \
+        and not value.args and not value.keywords
 
 
 def _filled_before(module, stmt, scope, owner) -> Iterator[Finding]:
