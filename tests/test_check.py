@@ -348,6 +348,31 @@ for x, y in batches:
 """
 
 
+def test_an_argmax_inside_the_model_is_named_without_a_fix():
+    """A loss on the index a model's forward returns cannot train through it: the diagnostic
+    points into `forward`, and offers no fix (the loss itself must change)."""
+    code = textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 3)
+
+            def forward(self, x):
+                return self.fc(x).argmax(-1).float()
+
+        model = Net()
+        for x, y in batches:
+            loss = (model(x) - y).pow(2).mean()
+            loss.backward()
+    """)
+    [found] = check_text(code, "argmax.py")
+    assert (found.code, found.location.row, found.fix) == ("BX009", 11, None)
+    assert "`model(x)` returns a value cut from the graph by `.argmax()` (line 11, in `Net.forward`)" in found.message
+
+
 def test_unsafe_fixes_are_shown_and_applied_only_with_unsafe_fixes(tmp_path):
     script = tmp_path / "cut.py"
     script.write_text(CUT_LOSS)

@@ -33,6 +33,8 @@ loss.backward()""",
             "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
             "{decorator_row}), " + _NO_GRAPH),
         "detached": Message("`{carrier}` is detached at line {made_at.row}, " + _NO_GRAPH),
+        "module-cut": Message("`{carrier}` returns a value cut from the graph by {cut} (line {made_at.row}, in "
+                              "`{function}`), " + _NO_GRAPH),
         "run-cut": Message(
             "`{carrier}` was cut from the graph by {cut} at {where}, so the loss built from it has no grad_fn and "
             "there is nothing to back-propagate (line {backward.row}).",

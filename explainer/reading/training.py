@@ -16,6 +16,7 @@ CUTS = {"detach", "detach_", "item", "tolist", "numpy", "float", "int", "bool", 
         "arange", "full", "eye", "empty_like", "full_like", "randint_like", "linspace", "logspace",
         "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor", "bernoulli"}
 BACKWARD_CALLS = {"backward", "grad"}
+_FLOAT_CASTS = frozenset({"float", "double", "half", "bfloat16"})
 
 
 def is_backward_call(node: ast.AST) -> bool:
@@ -191,6 +192,8 @@ def cuts_history(expression: ast.AST) -> bool:
     if isinstance(node, ast.Call):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if isinstance(func, ast.Attribute) and name in _FLOAT_CASTS:
+            return False  # `x.float()` keeps the history `float(x)` drops
         if name == "grad" and is_backward_call(node):  # `torch.autograd.grad(loss, w)`: plain tensors,
             return not any(k.arg == "create_graph" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                            for k in node.keywords)  # unless create_graph=True gives them a graph
@@ -270,7 +273,20 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
     bound to the caller's arguments)."""
     if depth > 8 or node is None:
         return False
-    bindings = bindings or {}
+    if bindings:
+        return _has_history(node, scope, before, strict, ignore, depth, bindings)
+    # Without bindings the answer depends only on these: the same assignment reached along many
+    # paths (a model's forward re-assigning `x` fifty times) is judged once, not once per path.
+    known = src.cached(scope, "_has_history", dict)
+    key = (id(node), before, strict, ignore, depth)
+    found = known.get(key)
+    if found is None:
+        found = known[key] = _has_history(node, scope, before, strict, ignore, depth, {})
+    return found
+
+
+def _has_history(node: ast.AST, scope: ast.AST, before: int, strict: bool, ignore: str, depth: int,
+                 bindings: dict) -> bool:
 
     def recurse(child, at=None) -> bool:
         # Only following a name to its assignment counts against the depth: a long expression
@@ -291,6 +307,9 @@ def has_history(node: ast.AST, scope: ast.AST, before: int, *, strict: bool = Fa
         func = node.func
         if src.canonical(func).rsplit(".", 1)[-1][:1].isupper() and is_module(node, scope, before):
             return False  # `nn.ModuleList([...])`, `Net()`: a module is made, nothing is computed yet
+        forward = local_forward(func, scope, before)
+        if forward is not None and forward_cuts(forward):
+            return False  # `model(x)` where Net.forward returns `self.fc(x).argmax(-1)`
         if is_module(func, scope, before):
             return not _parameter_free(func, scope, before) or any(recurse(a) for a in arguments)
         if isinstance(func, ast.Name) and func.id in bindings and src.last_assignment(scope, func.id, before) is None:
@@ -413,6 +432,44 @@ def _plain_object(name: ast.Name, scope: ast.AST, before: int) -> bool:
     return any(defines_forward(c) is None
                and not any(src.canonical(b).endswith("Module") for b in c.bases)
                for c in _classes(src.module_of(scope)).get(made.func.id, ()))
+
+
+def forward_cuts(forward: ast.FunctionDef) -> tuple[ast.expr, ...] | None:
+    """The cuts a `forward` returns (`.argmax(-1)` of `self.fc(x).argmax(-1).float()`), one per
+    return statement, when every one returns a cut value; None otherwise."""
+    def find():
+        returns = [r.value for r in src.own_nodes(forward) if isinstance(r, ast.Return) and r.value is not None]
+        cuts = tuple(cut_in_chain(r) for r in returns)
+        return cuts if cuts and None not in cuts else None
+    return src.cached(forward, "_forward_cuts", find)
+
+
+def cut_in_chain(value: ast.AST) -> ast.expr | None:
+    """The cut nearest the top of `value`'s chain of calls and attributes, if any."""
+    node = value
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        if isinstance(node, (ast.Call, ast.Attribute)) and cuts_history(node):
+            return node
+        if isinstance(node, ast.Call):
+            node = node.func.value if isinstance(node.func, ast.Attribute) else None
+        else:
+            node = node.value
+    return None
+
+
+def local_forward(func: ast.AST, scope: ast.AST, before: int) -> ast.FunctionDef | None:
+    """The `forward` that calling `func` runs, where `func` is a name made from a module class
+    of this file (`model = Net().to(device)`) that defines it."""
+    if not isinstance(func, ast.Name):
+        return None
+    last = src.last_assignment(scope, func.id, before)
+    made = last.value if last is not None else None
+    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in _MOVES:
+        made = made.func.value
+    if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
+        return None
+    classes = _classes(src.module_of(scope)).get(made.func.id, ())
+    return defines_forward(classes[0]) if len(classes) == 1 else None
 
 
 def _module_method(func: ast.Attribute, scope: ast.AST, before: int) -> ast.FunctionDef | None:

@@ -13,7 +13,9 @@ from ...reading.training import (
     backward_calls,
     called_without_graph,
     cuts_history,
+    forward_cuts,
     has_history,
+    local_forward,
     no_grad_block,
     scopes,
     under_no_grad,
@@ -34,6 +36,16 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             cut = _cut(backward, scope)
             if cut is not None:
                 yield _diagnostic(module, scope, backward, *cut)
+                continue
+            inside = _cut_in_forward(backward, scope)
+            if inside is not None:
+                call, forward, cut_node = inside
+                fix = undo_cut.remove_data(module.source, cut_node) if isinstance(cut_node, ast.Attribute) \
+                    else undo_cut.remove_detach(module.source, cut_node)  # none for argmax: the loss must change
+                yield module.finding(CODE, "module-cut", cut_node, fix.unproven() if fix is not None else None,
+                                     carrier=module.source.segment(call),
+                                     made_at=cut_node, backward=backward.call, loss=module.source.segment(backward.root),
+                                     cut=f"`{_cut_name(cut_node)}`", function=f"{src.enclosing_class(forward).name}.forward")
 
 
 def _cut(backward, scope) -> tuple[Ancestor, str] | None:
@@ -49,6 +61,26 @@ def _cut(backward, scope) -> tuple[Ancestor, str] | None:
         if called_without_graph(value, scope) is not None:
             return ancestor, "decorated"
     return None
+
+
+def _cut_in_forward(backward, scope):
+    """A model of this file whose `forward` returns only cut values (`self.fc(x).argmax(-1)`),
+    called in the loss or what it is made from: (the call, that forward, the cut)."""
+    values = [(backward.root, backward.line), *((a.value, a.line) for a in ancestors(backward.root, scope, backward.line)
+                                                if a.value is not None)]
+    for value, line in values:
+        for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
+            forward = local_forward(call.func, scope, line)
+            cuts = forward_cuts(forward) if forward is not None else None
+            if cuts:
+                return call, forward, cuts[-1]
+    return None
+
+
+def _cut_name(node) -> str:
+    if isinstance(node, ast.Call):
+        return f".{node.func.attr}()" if isinstance(node.func, ast.Attribute) else f"{src.canonical(node.func)}()"
+    return f".{node.attr}"
 
 
 def _cut_receiver_has_history(value: ast.expr, scope, line: int) -> bool:
@@ -93,9 +125,30 @@ def _fix(source, scope, ancestor: Ancestor, how: str):
     return undo_cut.remove_detach(source, call)
 
 
+# The cut is inside the model the loss comes from.
+CUT_IN_FORWARD = """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 3)
+
+            def forward(self, x):
+                return {returned}
+
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in batches:
+            loss = (model(x) - y).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("the model's forward detaches what it returns", CUT_IN_FORWARD.format(returned="self.fc(x).detach()")),
+    Invalid("the model's forward returns .data", CUT_IN_FORWARD.format(returned="torch.tanh(self.fc(x)).data")),
     Invalid("a forward helper decorated with no_grad", """
         from torch.nn.functional import mse_loss
         model = nn.Linear(3, 1)
@@ -118,6 +171,7 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("the model's forward returns what it computes", CUT_IN_FORWARD.format(returned="self.fc(x).float()")),
     Valid("TD3: the target under no_grad, the critic's loss summed over its Q values by a generator "
           "(DLR-RM/stable-baselines3, td3.py)", """
         def train(self, replay_buffer, gradient_steps):
