@@ -120,9 +120,46 @@ FACTORY_DDPG = """
 """
 PI_LOSS = "                pi_loss = -main.q(o, main.pi(o)).mean()\n"
 
+# Each network holds its own optimizer (`agent.critic.optimizer`).
+OWN_OPTIMIZERS = """
+        class Critic(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(6, 1)
+                self.optimizer = torch.optim.Adam(self.parameters())
+
+            def forward(self, s, a):
+                return self.fc(torch.cat([s, a], 1))
+
+        class Actor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+                self.optimizer = torch.optim.Adam(self.parameters())
+
+            def forward(self, s):
+                return self.fc(s)
+
+        class Agent:
+            def __init__(self):
+                self.actor, self.critic = Actor(), Critic()
+
+            def learn(self, s, r):
+                q = self.critic(s, self.actor(s))
+                critic_loss = (q - r).pow(2).mean()
+                self.critic.optimizer.zero_grad()
+                critic_loss.backward(retain_graph=True)
+                self.critic.optimizer.step()
+{actor_loss}                self.actor.optimizer.zero_grad()
+                actor_loss.backward()
+                self.actor.optimizer.step()
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("optimizers held by the networks: the actor's loss reuses the critic's output after its step",
+            OWN_OPTIMIZERS.format(actor_loss="                actor_loss = -q.mean()\n")),
     Invalid("DDPG from a factory parameter: the actor's loss made before the critic's step",
             FACTORY_DDPG.format(early=PI_LOSS, late="")),
     Invalid("a target network loaded between its forward and the backward through it (MADDPG)",
@@ -203,6 +240,8 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("optimizers held by the networks: the actor's loss from a fresh critic forward",
+          OWN_OPTIMIZERS.format(actor_loss="                actor_loss = -self.critic(s, self.actor(s)).mean()\n")),
     Valid("DDPG from a factory parameter: the actor's loss made after the critic's step",
           FACTORY_DDPG.format(early="", late=PI_LOSS)),
     Valid("the target network loaded after the update", TARGET_UPDATE.format(
