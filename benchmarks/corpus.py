@@ -143,8 +143,18 @@ def check_repo(git: Path, repo: str, commit: str) -> dict:
                   "row": d.location.row, "message": d.message,
                   "fix": d.fix.applicability if d.fix is not None else None} for d in report.diagnostics]
         errors = [e.replace(str(into) + "/", "") for e in report.errors]
+        fixed = _fix_everything(into, {d.filename for d in report.diagnostics if d.fix is not None})
     return {"repo": repo, "commit": commit, "files": files, "lines": lines, "cpu_seconds": seconds,
-            "diagnostics": found, "errors": errors}
+            "diagnostics": found, "errors": errors, "fixed": fixed}
+
+
+def _fix_everything(into: Path, filenames: set[str]) -> dict:
+    """`check --diff --unsafe-fixes` on the files with a fix: every fix, unsafe ones too, must
+    leave code that parses (check_paths refuses to write any that does not; this counts it)."""
+    from explainer.static.check import Fixing, check_paths
+
+    report = check_paths(sorted(filenames), fix=Fixing(unsafe=True, write=False))
+    return {"fixes": report.fixed, "files": len(report.diffs), "errors": report.errors}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,13 +188,17 @@ def main(argv: list[str] | None = None) -> int:
     count = sum(len(r["diagnostics"]) for r in results)
     seconds = sum(r["cpu_seconds"] for r in results)
     hit = sum(1 for r in results if r["diagnostics"])
-    summary = {"repositories": len(results), "missing": missing, "lines": lines, "diagnostics": count,
+    fixes = sum(r["fixed"]["fixes"] for r in results)
+    summary = {"repositories": len(results), "missing": missing, "lines": lines, "diagnostics": count, "fixes": fixes,
                "per_10k_lines": 1e4 * count / lines if lines else 0.0, "repositories_hit": hit,
                "lines_per_cpu_second": lines / seconds if seconds else 0.0,
                "errors": sum(len(r["errors"]) for r in results)}
     print(f"\n{summary['repositories']} repositories, {lines} lines: {count} diagnostics "
           f"({summary['per_10k_lines']:.2f} per 10k lines), {hit} repositories hit, "
           f"{summary['lines_per_cpu_second']:,.0f} lines per CPU-second, {summary['errors']} errors")
+    fixable = sum(1 for r in results for d in r["diagnostics"] if d["fix"])
+    print(f"--fix --unsafe-fixes would apply {fixes} of {fixable} fixes offered, each leaving code that parses "
+          f"({sum(len(r['fixed']['errors']) for r in results)} errors)")
     if missing:
         print(f"missing from {options.mirror}: {', '.join(missing)}")
     for r in results:

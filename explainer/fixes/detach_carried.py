@@ -15,6 +15,7 @@ from ..reading.source import (
     last_assignment,
     loops_around,
     names_read,
+    parent,
     reads,
     value_of,
 )
@@ -206,8 +207,12 @@ def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is
         is_tuple = is_tuple or tuple_state
     fixes: list[Fix | None] = []
     if isinstance(value, ast.Call) and _is_self_call(value):
-        fix = detach_if_set(source, name, stmt, is_tuple) if may_be_none \
-            else detach_where_read(source, name, assignment, is_tuple)
+        first = _first_read_before(stmt, name)
+        if first is not None:  # read earlier in the method too (Infini-attention's retrieval)
+            fix = detach_before_first_read(source, name, first, is_tuple, may_be_none)
+        else:
+            fix = detach_if_set(source, name, stmt, is_tuple) if may_be_none \
+                else detach_where_read(source, name, assignment, is_tuple)
         fixes.append(Fix(fix.message, fix.edits, "unsafe") if fix is not None and used_now else fix)
     else:
         cutting = []
@@ -218,6 +223,31 @@ def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is
         return fixes
     fixes.append(update_every_branch_under_no_grad(source, stmt, name))
     return fixes
+
+
+def _first_read_before(stmt: ast.stmt, name: str) -> ast.stmt | None:
+    """The statement of the method's body (at its top level) holding the first read of `name`
+    above `stmt`'s line, when there is one."""
+    function = enclosing_function(stmt)
+    if function is None:
+        return None
+    earlier = [r for r in reads(function, name) if r.lineno < stmt.lineno]
+    if not earlier:
+        return None
+    node = min(earlier, key=lambda r: (r.lineno, r.col_offset))
+    while parent(node) is not function:
+        node = parent(node)
+    return node if isinstance(node, ast.stmt) else None
+
+
+def detach_before_first_read(source: Source, carrier: str, first: ast.stmt, is_tuple: bool,
+                             may_be_none: bool) -> Fix:
+    """`self.M = self.M.detach()` before the method first reads the state: every read this step
+    (the retrieval as well as the update) sees it without the previous step's graph."""
+    line = f"{carrier} = {detached(carrier, is_tuple)}"
+    lines = [f"if {carrier} is not None:", f"    {line}"] if may_be_none else [line]
+    return Fix(f"Detach `{carrier}` before this step first reads it, so each backward only sees the current "
+               f"step's graph", (insert_lines_before(source, first, lines),))
 
 
 def detach_if_set(source: Source, carrier: str, stmt: ast.stmt, is_tuple: bool) -> Fix:

@@ -243,6 +243,24 @@ THROUGH_LOCALS = """
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("a compressive memory read, then updated from itself, in forward (Infini-attention)", """
+        class InfiniAttention(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = nn.Linear(8, 8)
+                self.register_buffer("M", torch.zeros(8, 8))
+
+            def forward(self, x):
+                memory_output = self._retrieve(self.q(x), self.M)
+                self.M = self._update(self.q(x), self.M)
+                return memory_output
+
+            def _retrieve(self, q, M):
+                return q @ M
+
+            def _update(self, k, M):
+                return M + k.transpose(-2, -1) @ k
+    """),
     Invalid("last pass's output read back through locals()", THROUGH_LOCALS.format(after="")),
     Invalid("a loss passed to an agent's learn(), which runs the backward", AGENT_LEARNS.format(state="h")),
     Invalid("the previous iteration's loss kept for the next one", """
