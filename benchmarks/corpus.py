@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({summary['per_10k_lines']:.2f} per 10k lines), {hit} repositories hit, "
           f"{summary['lines_per_cpu_second']:,.0f} lines per CPU-second, {summary['errors']} errors")
     fixable = sum(1 for r in results for d in r["diagnostics"] if d["fix"])
-    print(f"--fix --unsafe-fixes would apply {fixes} of {fixable} fixes offered, each leaving code that parses "
-          f"({sum(len(r['fixed']['errors']) for r in results)} errors)")
+    print(f"--fix --unsafe-fixes: {fixable} diagnostics offer a fix; applied pass after pass (a fix can uncover "
+          f"another), {fixes} fixes, every result parsing ({sum(len(r['fixed']['errors']) for r in results)} errors)")
     if missing:
         print(f"missing from {options.mirror}: {', '.join(missing)}")
     for r in results:
