@@ -326,7 +326,7 @@ def test_diff_prints_what_fix_would_change_and_writes_nothing(tmp_path):
     before = buggy.read_bytes()
     result = run_check("--diff", str(tmp_path))
     assert result.returncode == 1, result.stderr
-    assert f"--- a/{buggy}" in result.stdout and f"+++ b/{buggy}" in result.stdout
+    assert f"--- {buggy}\n+++ {buggy}\n" in result.stdout
     assert "-    total = total + loss  # culprit" in result.stdout
     assert "+    total = total + loss.item()  # culprit" in result.stdout
     assert result.stdout.rstrip().endswith("Would apply 1 fix.") and "clean.py" not in result.stdout

@@ -460,35 +460,36 @@ def cut_in_chain(value: ast.AST) -> ast.expr | None:
 def local_forward(func: ast.AST, scope: ast.AST, before: int) -> ast.FunctionDef | None:
     """The `forward` that calling `func` runs, where `func` is a name made from a module class
     of this file (`model = Net().to(device)`) that defines it."""
-    if not isinstance(func, ast.Name):
-        return None
-    last = src.last_assignment(scope, func.id, before)
-    made = last.value if last is not None else None
-    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in _MOVES:
-        made = made.func.value
-    if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
-        return None
-    classes = _classes(src.module_of(scope)).get(made.func.id, ())
-    return defines_forward(classes[0]) if len(classes) == 1 else None
+    made = _class_made(func, scope, before)
+    return defines_forward(made) if made is not None else None
 
 
 def _module_method(func: ast.Attribute, scope: ast.AST, before: int) -> ast.FunctionDef | None:
     """The method `actor.get_action` runs, where `actor` is made from a module class of this
     file (`Actor(envs).to(device)`) that defines it."""
-    receiver = func.value
-    if not isinstance(receiver, ast.Name):
+    made = _class_made(func.value, scope, before)
+    if made is None or defines_forward(made) is None:
         return None
-    last = src.last_assignment(scope, receiver.id, before)
+    return next((m for m in made.body if isinstance(m, ast.FunctionDef) and m.name == func.attr), None)
+
+
+def _class_made(name: ast.AST, scope: ast.AST, before: int, *, globals_too: bool = False) -> ast.ClassDef | None:
+    """The class of this file that the name `name` (read at line `before` of `scope`) was made
+    from, through moves (`actor = Actor(envs).to(device)`), when one class has that name. With
+    `globals_too`, a name `scope` never assigns is looked for at module level."""
+    if not isinstance(name, ast.Name):
+        return None
+    module = src.module_of(scope)
+    last = src.last_assignment(scope, name.id, before)
+    if last is None and globals_too and scope is not module:
+        last = src.last_assignment(module, name.id, before)
     made = last.value if last is not None else None
     while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in _MOVES:
         made = made.func.value
     if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
         return None
-    for node in _classes(src.module_of(scope)).get(made.func.id, ()):
-        if defines_forward(node) is None:
-            return None
-        return next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == func.attr), None)
-    return None
+    classes = _classes(module).get(made.func.id, ())
+    return classes[0] if len(classes) == 1 else None
 
 
 def _classes(tree: ast.AST) -> dict[str, list[ast.ClassDef]]:
@@ -517,19 +518,9 @@ def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
 
 
 def _instance_of(name: ast.Name, at: ast.AST) -> ast.ClassDef | None:
-    """The class of this file that `name` (read at `at`) was made from: `agent = Agent(...)` in
-    the enclosing function or at module level, for `agent.learn(loss)`."""
-    scope = src.enclosing_function(at) or src.module_of(at)
-    module = src.module_of(at)
-    last = src.last_assignment(scope, name.id, at.lineno) or src.last_assignment(module, name.id, at.lineno) \
-        if scope is not module else src.last_assignment(module, name.id, at.lineno)
-    made = last.value if last is not None else None
-    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in _MOVES:
-        made = made.func.value
-    if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
-        return None
-    classes = _classes(module).get(made.func.id, ())
-    return classes[0] if len(classes) == 1 else None
+    """The class of this file that `name`, read at `at`, was made from in the enclosing function
+    or at module level: `agent = Agent(...)`, for `agent.learn(loss)` and `agent.net`."""
+    return _class_made(name, src.enclosing_function(at) or src.module_of(at), at.lineno, globals_too=True)
 
 
 def runs_backward(node: ast.AST, depth: int = 0) -> bool:

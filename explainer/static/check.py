@@ -196,7 +196,7 @@ def _fix_file(path: Path, text: str, report: Report, select, ignore, serialize, 
         else:
             name = str(path) + (" (code cells)" if path.suffix == ".ipynb" else "")
             report.diffs.append("".join(difflib.unified_diff(
-                text.splitlines(keepends=True), fixed_text.splitlines(keepends=True), f"a/{name}", f"b/{name}")))
+                text.splitlines(keepends=True), fixed_text.splitlines(keepends=True), name, name)))
     return written
 
 
