@@ -231,13 +231,20 @@ def _first_read_before(stmt: ast.stmt, name: str) -> ast.stmt | None:
     function = enclosing_function(stmt)
     if function is None:
         return None
-    earlier = [r for r in reads(function, name) if r.lineno < stmt.lineno]
+    earlier = [r for r in reads(function, name) if r.lineno < stmt.lineno and not _tests_for_none(r)]
     if not earlier:
         return None
     node = min(earlier, key=lambda r: (r.lineno, r.col_offset))
     while parent(node) is not function:
         node = parent(node)
     return node if isinstance(node, ast.stmt) else None
+
+
+def _tests_for_none(read: ast.expr) -> bool:
+    """`self.hidden is None`: asks whether there is a state, does not use it."""
+    test = parent(read)
+    return isinstance(test, ast.Compare) and test.left is read and all(isinstance(op, (ast.Is, ast.IsNot)) for op in test.ops) \
+        and all(isinstance(c, ast.Constant) and c.value is None for c in test.comparators)
 
 
 def detach_before_first_read(source: Source, carrier: str, first: ast.stmt, is_tuple: bool,

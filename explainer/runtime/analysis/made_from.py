@@ -206,7 +206,9 @@ def _callee(where: Scope, call: ast.Call) -> Scope | None:
     """The user's function or method that `call` runs: a function of the file, `self.f(...)`,
     `obj.method(...)` or `model(...)` (its `forward`) on an object of the user's classes."""
     helper = helper_called(call, where.node)
-    if helper is not None:
+    # A function of the file, or `self.f(...)` (whose object is this scope's); another object's
+    # method is found through that object's value below.
+    if helper is not None and (isinstance(call.func, ast.Name) or src.canonical(call.func.value) == "self"):
         return Scope(where.source, helper, where.owner if isinstance(call.func, ast.Attribute) else None)
     func = call.func
     obj, method = runtime_value(where, func), "forward"
