@@ -247,14 +247,42 @@ def _steps(scope: ast.AST) -> list[Step]:
 
 
 def _loaded_module(node: ast.AST, scope: ast.AST) -> str | None:
-    """`target_actor.load_state_dict(actor.state_dict())`: copies into the module's parameters in
-    place, as a step does (the target network's forward made before it cannot be
-    back-propagated after it). Returns the module's expression."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load_state_dict"
-            and node.args and not isinstance(node.args[0], ast.Dict)):
+    """`target_actor.load_state_dict(actor.state_dict())`, or a soft update that writes each
+    parameter in place (`for t, p in zip(target.parameters(), net.parameters()): t.copy_(...)`):
+    they change the module's parameters as a step does (the target network's forward made before
+    cannot be back-propagated after). Returns the module's expression."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
         return None
-    module = node.func.value
-    return src.canonical(module) if is_module(module, scope, node.lineno) else None
+    if node.func.attr == "load_state_dict" and node.args and not isinstance(node.args[0], ast.Dict):
+        module = node.func.value
+        return src.canonical(module) if is_module(module, scope, node.lineno) else None
+    if node.func.attr in _IN_PLACE_WRITES and isinstance(node.func.value, ast.Name):
+        return _parameters_iterated(node.func.value.id, node)
+    return None
+
+
+# In-place writes a soft update makes on a parameter (`t.copy_(...)`, `t.mul_(1 - tau)`); through
+# `.data` they bump no version, and the backward does not notice.
+_IN_PLACE_WRITES = frozenset({"copy_", "mul_", "add_", "lerp_", "addcmul_", "sub_", "zero_"})
+
+
+def _parameters_iterated(name: str, write: ast.Call) -> str | None:
+    """The module whose `.parameters()` the `for` around `write` binds `name` to, directly or as
+    the first of `zip(...)`: `target` in `for t, p in zip(target.parameters(), net.parameters())`."""
+    for loop in src.ancestors(write):
+        if not isinstance(loop, ast.For):
+            continue
+        iterated, target = loop.iter, loop.target
+        if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) and iterated.func.id == "zip" \
+                and isinstance(target, ast.Tuple) and len(target.elts) == len(iterated.args):
+            pairs = list(zip(target.elts, iterated.args))
+        else:
+            pairs = [(target, iterated)]
+        for bound, source in pairs:
+            if isinstance(bound, ast.Name) and bound.id == name and isinstance(source, ast.Call) \
+                    and isinstance(source.func, ast.Attribute) and source.func.attr == "parameters":
+                return src.canonical(source.func.value)
+    return None
 
 
 def _constructor(node: ast.AST, scope: ast.AST, before: int) -> ast.Call | None:

@@ -70,7 +70,7 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         drop = graph_options.drop_keyword(source, retaining[-1].call, keyword)
         if drop is not None:
             fix = Fix(fix.message + f", without {keyword}=True", fix.edits + (drop,))
-    if fix is not None and step.call.func.attr == "load_state_dict":
+    if fix is not None and step.call.func.attr != "step":  # a load or a soft update
         # Recomputed after the load, the target network's output is the loaded network's: the
         # values change, which moving the load after the update would not do.
         fix = fix.unproven()
@@ -155,6 +155,10 @@ OWN_OPTIMIZERS = """
                 self.actor.optimizer.step()
 """
 
+SOFT_UPDATE = ("            with torch.no_grad():\n"
+               "                for t, p in zip(target_actor.parameters(), actor.parameters()):\n"
+               "                    t.copy_(0.995 * t + 0.005 * p)\n")
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
@@ -164,6 +168,8 @@ INVALID: list[Invalid] = [
             FACTORY_DDPG.format(early=PI_LOSS, late="")),
     Invalid("a target network loaded between its forward and the backward through it (MADDPG)",
             TARGET_UPDATE.format(before="            target_actor.load_state_dict(actor.state_dict())\n", after="")),
+    Invalid("a soft update written into the target's parameters before the backward through it",
+            TARGET_UPDATE.format(before=SOFT_UPDATE, after="")),
     Invalid("FactorVAE: a trainer class steps the VAE before the discriminator's backward", """
         from model import Discriminator, FactorVAE
 
@@ -246,6 +252,9 @@ VALID: list[Valid] = [
           FACTORY_DDPG.format(early="", late=PI_LOSS)),
     Valid("the target network loaded after the update", TARGET_UPDATE.format(
         before="", after="            target_actor.load_state_dict(actor.state_dict())\n")),
+    Valid("the soft update after the update", TARGET_UPDATE.format(before="", after=SOFT_UPDATE)),
+    Valid("a soft update through .data, which the backward never sees", TARGET_UPDATE.format(
+        before=SOFT_UPDATE.replace("t.copy_", "t.data.copy_"), after="")),
     Valid("optimizers imported by class name, the actor's loss from a forward after the critic's step", """
         from torch.optim import Adam, RMSprop
         actor, critic = nn.Linear(4, 2), nn.Linear(6, 1)
