@@ -77,9 +77,12 @@ def _summed_for_one_backward(stmt, total: str, scope) -> bool:
              and (src.reads(b.root, total) or any(a.expression == total for a in ancestors(b.root, scope, b.line)))]
     if not after:
         return False
-    outer = next((a for a in src.ancestors(inner) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))), None)
-    return outer is None or not src.inside(outer, scope) and outer is not scope \
-        or all(src.inside(b.call, outer) for b in after) and reset_before(outer, inner, total)
+    # The loop around the summing one, within this scope: each of its passes must start afresh.
+    outer = next((a for a in src.ancestors(inner) if a is scope or isinstance(a, (ast.For, ast.AsyncFor, ast.While))),
+                 scope)
+    if outer is scope:
+        return True
+    return all(src.inside(b.call, outer) for b in after) and reset_before(outer, inner, total)
 
 
 def _backward_receiver(loop, total):
