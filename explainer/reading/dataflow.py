@@ -211,8 +211,8 @@ def _branch(owner: ast.AST, node: ast.AST) -> str | None:
 @dataclass(frozen=True)
 class Step:
     """`optimizer.step()` (or `scaler.step(optimizer)`), and the modules whose parameters that
-    optimizer updates, when the source shows them (None: unknown). A module's `load_state_dict`
-    is one too, updating that module."""
+    optimizer updates, when the source shows them (None: unknown). A module's `load_state_dict`,
+    or a soft update writing its parameters in place, is one too, updating that module."""
 
     call: ast.Call
     optimizer: str
@@ -231,9 +231,9 @@ def steps(scope: ast.AST) -> tuple[Step, ...]:
 def _steps(scope: ast.AST) -> list[Step]:
     found = []
     for node in src.own_nodes(scope):
-        loaded = _loaded_module(node, scope)
-        if loaded is not None:
-            found.append(Step(node, loaded, frozenset({loaded})))
+        overwritten = _overwritten_module(node, scope)
+        if overwritten is not None:
+            found.append(Step(node, overwritten, frozenset({overwritten})))
             continue
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"):
             continue
@@ -246,7 +246,7 @@ def _steps(scope: ast.AST) -> list[Step]:
     return found
 
 
-def _loaded_module(node: ast.AST, scope: ast.AST) -> str | None:
+def _overwritten_module(node: ast.AST, scope: ast.AST) -> str | None:
     """`target_actor.load_state_dict(actor.state_dict())`, or a soft update that writes each
     parameter in place (`for t, p in zip(target.parameters(), net.parameters()): t.copy_(...)`):
     they change the module's parameters as a step does (the target network's forward made before

@@ -113,11 +113,12 @@ def _kept_for_the_next_pass(module, stmt, target, expression, scope, loop) -> It
     # Where this pass also computes with the value after making it (`out = model(x)`, then
     # `out.pow(2)`, with last pass's `out` read through `locals()`), detaching it where it is made
     # would detach this step's loss too: it is detached after this pass's backward instead.
-    fix = detach_carried.keep_detached(module.source, expression, stmt, False)
     if any(read.lineno > stmt.end_lineno for read in operand_reads(loop, expression)):
         after = [b for b in backward_calls(loop) if b.line > stmt.end_lineno]
         fix = detach_carried.detach_after_backward(module.source, expression, after[-1].statement, False) \
             if after else None
+    else:
+        fix = detach_carried.keep_detached(module.source, expression, stmt, False)
     yield module.finding(CODE, "kept", target, fix,
                          carrier=module.source.segment(target), made_at=stmt, value=module.source.segment(stmt.value))
 
@@ -179,10 +180,9 @@ def _initial_is_tuple(scope, expression, before) -> bool:
 
 def _reset_per_sequence(tree, forward, expression: str) -> bool:
     """The class (or a workspace class it derives from) has a method that starts the state afresh
-    (`init_hidden(batch_size)`), and this
-    file calls it inside a loop or not at all (pymarl's learner calls `mac.init_hidden` before
-    unrolling each batch, from another file). Called only once, before the loop, it resets
-    nothing between backward calls: the usual bug."""
+    (`init_hidden(batch_size)`), and this file calls it inside a loop or not at all (pymarl's
+    learner calls `mac.init_hidden` before unrolling each batch, from another file). Called only
+    once, before the loop, it resets nothing between backward calls: the usual bug."""
     owner = src.parent(forward)
     if not isinstance(owner, ast.ClassDef):
         return False
