@@ -5,8 +5,9 @@
     .venv/bin/python benchmarks/lsp_latency.py            # 60 edits per size, 5 start-ups
     .venv/bin/python benchmarks/lsp_latency.py --quick    # 15 edits, 2 start-ups
 
-The client here speaks JSON-RPC over the server's stdio, as an editor does. Each edit changes one
-line and waits for the diagnostics of that document version; the time includes the server's
+The client here speaks JSON-RPC over the server's stdio, as an editor does. Each edit adds or
+removes one line (at the end, in a method in the middle, under the imports, in turn) and waits
+for the diagnostics of that document version; the time includes the server's
 debounce (lsp_server.server.DEBOUNCE_S), the check and both directions of the pipe. Start-up is
 the time from spawning `python -m lsp_server` to the `initialize` response.
 """
@@ -72,13 +73,19 @@ def measure(server: WireClient, size: int, edits: int) -> dict:
         "uri": uri, "languageId": "python", "version": 1, "text": text}}})
     server.wait_for(lambda m: m.get("method") == "textDocument/publishDiagnostics"
                     and m["params"]["uri"] == uri and m["params"].get("version") == 1)
-    last = len(text.splitlines())
+    lines = text.splitlines()
+    # Where the edits go, in turn: a comment after the training loop; a statement typed into a
+    # forward in the middle of the file (its class is parsed again); a blank line under the
+    # imports (every statement below moves down a line).
+    middle = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].strip().startswith("def forward"))
+    places = [(len(lines), "# edit\n"), (middle + 1, "        y = x  # edit\n"), (1, "\n")]
     latencies = []
     for version in range(2, edits + 2):
-        change = {"range": {"start": {"line": last, "character": 0}, "end": {"line": last, "character": 0}},
-                  "text": f"# edit {version}\n" if version % 2 == 0 else ""}
+        line, typed = places[(version - 2) // 2 % len(places)]
+        change = {"range": {"start": {"line": line, "character": 0}, "end": {"line": line, "character": 0}},
+                  "text": typed if version % 2 == 0 else ""}
         if version % 2:  # remove the line the previous edit added
-            change["range"] = {"start": {"line": last, "character": 0}, "end": {"line": last + 1, "character": 0}}
+            change["range"] = {"start": {"line": line, "character": 0}, "end": {"line": line + 1, "character": 0}}
         sent = server.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
             "textDocument": {"uri": uri, "version": version}, "contentChanges": [change]}})
         at, message = server.wait_for(lambda m, v=version: m.get("method") == "textDocument/publishDiagnostics"

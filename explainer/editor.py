@@ -9,15 +9,14 @@ Nothing here imports torch or the code it reads.
 """
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from .handoff import Entry
 from .model import Finding, Fix, Location
 from .reading.notebook import Notebook, NotebookError, without_unparseable_cells
+from .reading.reparse import Reparser
 from .static.check import apply_safe_fixes, check_text
 
 SEVERITIES = ("error", "warning", "information", "hint")
@@ -66,35 +65,22 @@ class Settings:
         return cls(enable, codes["select"], codes["ignore"], severity, tuple(problems))
 
 
-@contextmanager
-def collector_paused():
-    """No garbage collection while a check runs: a check allocates tens of thousands of AST
-    nodes, and the collections they trigger were most of an editor's tail latency. The trees
-    are freed by reference counting (`source.dispose`), so nothing piles up meanwhile."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def check_document(text: str, path: str, settings: Settings) -> list[Finding] | None:
+def check_document(text: str, path: str, settings: Settings, reparser: Reparser | None = None) -> list[Finding] | None:
     """The checker's findings for a document's current text; None while it does not parse
-    (mid-typing), so an editor can keep what it showed."""
+    (mid-typing), so an editor can keep what it showed. `reparser`: the document's own, which
+    re-parses only what changed since its last check."""
     if not settings.enable:
         return []
     try:
-        with collector_paused():
-            return check_text(text, path, settings.select or None, settings.ignore or None)
+        return check_text(text, path, settings.select or None, settings.ignore or None, reparser)
     except (SyntaxError, ValueError):
         return None
 
 
-def check_cells(cells: Cells, path: str, settings: Settings) -> list[list[Finding]]:
+def check_cells(cells: Cells, path: str, settings: Settings, reparser: Reparser | None = None) -> list[list[Finding]]:
     """The checker's findings per cell of a notebook (rows within the cell), the code cells read
-    as one module in order. Cells that don't parse are left out and get none."""
+    as one module in order. Cells that don't parse are left out and get none. `reparser`: the
+    notebook's own."""
     found: list[list[Finding]] = [[] for _ in cells]
     if not settings.enable:
         return found
@@ -102,8 +88,7 @@ def check_cells(cells: Cells, path: str, settings: Settings) -> list[list[Findin
         notebook = _cells_as_module(cells, path)
     except NotebookError:
         return found
-    with collector_paused():
-        checked = check_text(notebook.text, path, settings.select or None, settings.ignore or None)
+    checked = check_text(notebook.text, path, settings.select or None, settings.ignore or None, reparser)
     for finding in checked:
         mapped = notebook.to_cells(finding)
         found[mapped.cell - 1].append(mapped)

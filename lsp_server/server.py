@@ -81,7 +81,7 @@ def did_save(ls: ExplainerServer, params: types.DidSaveTextDocumentParams) -> No
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: ExplainerServer, params: types.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
-    ls.cancel(uri)
+    ls.closed(uri)
     ls.checked.pop(same_uri(uri), None)
     ls.too_large.discard(uri)
     ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
@@ -104,6 +104,7 @@ def notebook_did_save(ls: ExplainerServer, params: types.DidSaveNotebookDocument
 
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
 def notebook_did_close(ls: ExplainerServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    ls.closed(params.notebook_document.uri)
     ls.too_large.discard(params.notebook_document.uri)
     for cell in params.cell_text_documents:
         ls.checked.pop(same_uri(cell.uri), None)

@@ -61,6 +61,9 @@ class ExplainerServer(LanguageServer):
         self.too_large: set[str] = set()  # documents not checked for their size, logged once
         self.settings = editor.Settings()
         self.checked: dict[str, Checked] = {}  # by same_uri() of a document or cell
+        # Each open document's and notebook's parsed statements, by URI: an edit re-parses
+        # only what it changed. Used and closed in the CHECKER thread only.
+        self.reparsers: dict[str, editor.Reparser] = {}
         self.pending: dict[str, asyncio.Task] = {}  # by document or notebook URI
         self.runtime_entries: list[handoff.Entry] = []  # from explainer.handoff's findings files
         self.findings_seen: dict[str, float | None] = {}  # findings file -> mtime last read
@@ -128,7 +131,7 @@ class ExplainerServer(LanguageServer):
         if self.over_limit(uri, len(text)):
             self.publish(document, [], settings)
             return
-        found = await in_checker(editor.check_document, text, path, settings)
+        found = await in_checker(editor.check_document, text, path, settings, self.reparser(uri))
         current = self.opened(uri)
         if found is None or current is None or current.version != version:
             return  # mid-typing syntax error: keep what is shown; or a newer edit wins
@@ -146,12 +149,23 @@ class ExplainerServer(LanguageServer):
             for _, document in code:
                 self.publish(document, [], settings)
             return
-        found = await in_checker(editor.check_cells, sources, path, settings)
+        found = await in_checker(editor.check_cells, sources, path, settings, self.reparser(notebook.uri))
         if [getattr(self.opened(d.uri), "version", None) for _, d in code] != versions:
             return  # a cell changed meanwhile: its own check is scheduled
         ran = editor.runtime_cell_findings(self.runtime_entries, sources, path)
         for index, document in code:
             self.publish(document, editor.one_per_bug(found[index], ran[index]), settings)
+
+    def reparser(self, uri: str) -> editor.Reparser:
+        return self.reparsers.setdefault(uri, editor.Reparser())
+
+    def closed(self, uri: str) -> None:
+        """`uri` (a document or notebook) was closed: free its parsed statements after any check
+        of it that is running (checks run one at a time, in order)."""
+        self.cancel(uri)
+        reparser = self.reparsers.pop(uri, None)
+        if reparser is not None:
+            CHECKER.submit(reparser.close)
 
     def over_limit(self, uri: str, size: int) -> bool:
         if size <= MAX_CHECK_CHARS:

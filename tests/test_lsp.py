@@ -186,6 +186,37 @@ async def test_syntax_error_mid_typing_keeps_the_last_diagnostics(client, worksp
     assert [d.code for d in await published(client, uri, 3)] == [d.code for d in before]
 
 
+async def test_edit_after_edit_the_diagnostics_are_those_of_a_fresh_check(client, tmp_path):
+    """The server re-parses only what each edit changed (explainer/reading/reparse.py): lines
+    added above a finding move it, and an edit to a helper changes a finding in another
+    function. After every edit the published diagnostics are `explainer check`'s on that text."""
+    from explainer.static.check import check_text
+
+    helper = "def make_state(model, x):\n    return model(x)\n"
+    text = ("import torch\n\n" + helper + "\n"
+            "def train():\n    model = torch.nn.Linear(3, 3)\n    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "    state = make_state(model, torch.zeros(1, 3))\n    for step in range(5):\n"
+            "        loss = (model(torch.ones(1, 3)) * state).sum()\n        opt.zero_grad()\n"
+            "        loss.backward()\n        opt.step()\n")
+    path = tmp_path / "helper.py"
+    path.write_text(text)
+    uri = open_file(client, path, text)
+    edits = [
+        lambda t: "# a comment\n\n" + t,  # every statement moves down two lines
+        lambda t: t.replace("    return model(x)\n", "    return torch.zeros_like(x)\n"),  # no history: no finding
+        lambda t: t.replace("    return torch.zeros_like(x)\n", "    return model(x)\n"),  # the finding is back
+        lambda t: t.replace("# a comment\n\n", ""),
+    ]
+    shown = [(d.code, d.range.start.line) for d in await published(client, uri, 1)]
+    assert shown == [("BX004", 8)]
+    for version, edit in enumerate(edits, start=2):
+        text = edit(text)
+        change(client, uri, version, text)
+        shown = [(d.code, d.range.start.line) for d in await published(client, uri, version)]
+        assert shown == [(d.code, d.location.row - 1) for d in check_text(text, str(path))], (version, text)
+    assert shown == [("BX004", 8)]
+
+
 async def test_settings_from_the_client_and_bad_settings(client, workspace):
     sample = workspace.sample("discarded_detach")
     client.set_configuration({"ignore": ["BX003"], "severity": "error"}, section="backwardExplainer")

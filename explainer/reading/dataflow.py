@@ -230,7 +230,7 @@ def steps(scope: ast.AST) -> tuple[Step, ...]:
 
 def _steps(scope: ast.AST) -> list[Step]:
     found = []
-    for node in src.own_nodes(scope):
+    for node in _calls_that_may_step(scope):
         overwritten = _overwritten_module(node, scope)
         if overwritten is not None:
             found.append(Step(node, overwritten, frozenset({overwritten})))
@@ -244,6 +244,14 @@ def _steps(scope: ast.AST) -> list[Step]:
         found.append(Step(node, src.canonical(optimizer), _updated_modules(optimizer, scope, node.lineno)))
     found.sort(key=lambda s: (s.call.lineno, s.call.col_offset))
     return found
+
+
+def _calls_that_may_step(scope: ast.AST) -> tuple[ast.Call, ...]:
+    """`x.step(...)`, `x.load_state_dict(...)` and in-place writes in `scope`: what `_steps` reads
+    further (most scopes have none)."""
+    return src.cached(scope, "_calls_that_may_step", lambda: tuple(
+        n for n in src.own_nodes(scope) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and (n.func.attr in ("step", "load_state_dict") or n.func.attr in _IN_PLACE_WRITES)), subtree_only=True)
 
 
 def _overwritten_module(node: ast.AST, scope: ast.AST) -> str | None:
@@ -323,7 +331,7 @@ def spelled_in_full(func: ast.AST, tree: ast.AST) -> str:
     written when no import binds it."""
     text = src.canonical(func)
     head, _, rest = text.partition(".")
-    for node in src.all_nodes(tree):
+    for node in src.nodes_of(tree, (ast.Import, ast.ImportFrom)):
         if isinstance(node, ast.ImportFrom) and node.module:
             bound = [a.name for a in node.names if (a.asname or a.name) == head]
             if bound:

@@ -47,9 +47,7 @@ def workspace_imports(tree: ast.Module, filename: str) -> dict[str, str]:
     each with the import statement that binds it."""
     def find() -> dict[str, str]:
         found = {}
-        for node in src.all_nodes(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
+        for node in src.nodes_of(tree, (ast.Import, ast.ImportFrom)):
             module = node.module or "" if isinstance(node, ast.ImportFrom) else None
             for alias in node.names:
                 target = module if module is not None else alias.name

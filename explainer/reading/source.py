@@ -11,7 +11,9 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+from . import linking
+
+_SCOPES = linking.SCOPES
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def parse(filename: str, text: str) -> Source:
     """Parse `text` as `filename`; raises SyntaxError / ValueError for code that does not parse,
     or that nests deeper than MAX_DEPTH."""
     tree = parse_tree(text, filename)
-    depth = _link_parents(tree)
+    depth = linking.assemble(tree, linking.link(tree))
     if depth > MAX_DEPTH:
         dispose(tree)
         raise SyntaxError(f"nested too deeply to check ({depth} levels; the limit is {MAX_DEPTH})")
@@ -103,7 +105,7 @@ def _parse(filename: str, text: str) -> Source | None:
         tree = parse_tree(text, filename)
     except (SyntaxError, ValueError):
         return None
-    _link_parents(tree)
+    linking.assemble(tree, linking.link(tree))
     tree._filename, tree._text = filename, text  # type: ignore[attr-defined]
     return Source(filename, text, split_lines(text), tree)
 
@@ -117,51 +119,6 @@ def split_lines(text: str) -> tuple[str, ...]:
     return tuple(_LINE.findall(text))
 
 
-def _link_parents(tree: ast.AST) -> int:
-    """One breadth-first pass (what ast.walk visits, without its generators' cost): every node
-    learns its parent, the module lists all its nodes, and each scope its own nodes. Returns the
-    tree's depth (breadth first, the last node listed is a deepest one)."""
-    # Contexts and operators (`Load`, `Store`, `Add`...) have no fields and are one shared
-    # instance per process: they are left out, or concurrent checks in the language server
-    # would write each other's `_owner` on them (and `dispose` would clear it mid-check).
-    nodes = [tree]
-    own: dict[int, list[ast.AST]] = {id(tree): []}
-    scope_types = _SCOPES
-    node_type = ast.AST
-    tree._owner = tree  # type: ignore[attr-defined]
-    for node in nodes:  # grows while we go
-        if isinstance(node, scope_types):
-            owner = node
-            mine = own[id(node)] = []
-        else:
-            owner = node._owner
-            mine = own[id(owner)]
-        for field in node._fields:
-            value = getattr(node, field, None)
-            if type(value) is list:
-                for child in value:
-                    if isinstance(child, node_type) and child._fields:
-                        child._parent = node
-                        child._owner = owner
-                        mine.append(child)
-                        nodes.append(child)
-            elif isinstance(value, node_type) and value._fields:
-                value._parent = node
-                value._owner = owner
-                mine.append(value)
-                nodes.append(value)
-    tree._nodes = tuple(nodes)  # type: ignore[attr-defined]
-    for node in nodes:
-        found = own.get(id(node))
-        if found is not None:
-            node._own_nodes = tuple(found)  # type: ignore[attr-defined]
-    depth, node = 1, nodes[-1]
-    while node is not tree:
-        node = node._parent
-        depth += 1
-    return depth
-
-
 def dispose(tree: ast.Module) -> None:
     """Break the parent links of a tree no longer needed, so reference counting frees it at
     once: otherwise every checked file leaves cyclic garbage, and the collector's pauses become
@@ -172,7 +129,23 @@ def dispose(tree: ast.Module) -> None:
 
 def all_nodes(tree: ast.Module) -> tuple[ast.AST, ...]:
     """Every node of a parsed module (breadth first, as ast.walk), listed once at parse time."""
-    return cached(tree, "_nodes", lambda: tuple(ast.walk(tree)))
+    return cached(tree, "_nodes", lambda: tuple(ast.walk(tree)), subtree_only=True)
+
+
+def statement_nodes(statement: ast.stmt):
+    """Every node of a top-level statement (listed when linked), breadth first."""
+    levels = getattr(statement, "_levels", None)
+    return (n for level in levels for n in level) if levels is not None else ast.walk(statement)
+
+
+def nodes_of(tree: ast.Module, types: tuple[type, ...]) -> tuple[ast.AST, ...]:
+    """The module's nodes of `types` (defs, classes, imports: `linking.INDEXED`), in
+    `all_nodes` order, without going through every node."""
+    indexed = getattr(tree, "_indexed", None)
+    if indexed is None:
+        return tuple(n for n in all_nodes(tree) if isinstance(n, types))
+    assert all(t in linking.INDEXED for t in types), types
+    return tuple(n for n in indexed if isinstance(n, types))
 
 
 def parent(node: ast.AST) -> ast.AST | None:
@@ -292,19 +265,33 @@ def class_named(source: Source, name: str, containing_row: int | None = None) ->
     return best
 
 
-def cached(node: ast.AST, name: str, compute):
+def cached(node: ast.AST, name: str, compute, *, subtree_only: bool = False):
     """`compute()`, remembered on `node` as `name`: the checker asks the same questions of a
-    tree many times, and trees are never changed after parsing."""
+    tree many times, and trees are never changed after parsing. `subtree_only`: the answer
+    depends on nothing but `node`'s own subtree, so it stays right for a statement an edit did
+    not touch (`reparse.Reparser` keeps it); any other answer (history, steps, the module's
+    classes...) is listed on the scope that owns `node`, to be forgotten before the next edit."""
     found = node.__dict__.get(name)
     if found is None:
         found = compute()
         setattr(node, name, found)
+        if not subtree_only:
+            scope = node if isinstance(node, (ast.Module, *_SCOPES)) else getattr(node, "_owner", None)
+            if scope is not None:
+                scope.__dict__.setdefault("_remembered", []).append((node, name))
     return found
+
+
+def forget(scope: ast.AST) -> None:
+    """Forget what `cached` remembered on `scope` and the nodes it owns that depends on more
+    than their own subtrees."""
+    for node, name in scope.__dict__.pop("_remembered", ()):
+        node.__dict__.pop(name, None)
 
 
 def own_nodes(scope: ast.AST) -> tuple[ast.AST, ...]:
     """Nodes of `scope` without descending into nested defs, lambdas or classes."""
-    return cached(scope, "_own_nodes", lambda: tuple(_own_nodes(scope)))
+    return cached(scope, "_own_nodes", lambda: tuple(_own_nodes(scope)), subtree_only=True)
 
 
 def _own_nodes(scope: ast.AST):
@@ -459,7 +446,7 @@ def _assignment_index(scope: ast.AST, deep: bool) -> dict[str, list[Assignment]]
             found.sort(key=lambda a: (a.stmt.lineno, a.stmt.col_offset))
         return index
 
-    return cached(scope, "_assignments_deep" if deep else "_assignments", build)
+    return cached(scope, "_assignments_deep" if deep else "_assignments", build, subtree_only=True)
 
 
 def item_assignments(scope: ast.AST, container: str, *, deep: bool = False) -> list[Assignment]:
@@ -502,7 +489,7 @@ def _read_index(node: ast.AST) -> dict[str, list[ast.expr]]:
                 index.setdefault(name, []).append(sub)
         return index
 
-    return cached(node, "_read_index", build)
+    return cached(node, "_read_index", build, subtree_only=True)
 
 
 def _read_by_name(node: ast.AST) -> str | None:
@@ -521,8 +508,9 @@ def _read_by_name(node: ast.AST) -> str | None:
     return None
 
 
-def names_read(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+def names_read(node: ast.AST) -> frozenset[str]:
+    return cached(node, "_names_read", lambda: frozenset(
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)), subtree_only=True)
 
 
 def call_receiver(stmt: ast.AST, method: str) -> ast.expr | None:

@@ -79,7 +79,7 @@ _KEEPS_GRAPH = (*RETAIN_KEYWORDS, "create_graph")
 
 def backward_calls(scope: ast.AST) -> tuple[Backward, ...]:
     """The backward calls in `scope` (not in nested defs), in source order."""
-    return src.cached(scope, "_backward_calls", lambda: tuple(_backward_calls(scope)))
+    return src.cached(scope, "_backward_calls", lambda: tuple(_backward_calls(scope)), subtree_only=True)
 
 
 def _backward_calls(scope: ast.AST) -> list[Backward]:
@@ -106,21 +106,31 @@ class TrainingLoop:
 
 def scopes(tree: ast.Module) -> tuple[ast.AST, ...]:
     """The module and every function in it."""
-    return src.cached(tree, "_scopes", lambda: (tree, *(n for n in src.all_nodes(tree)
-                                                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))))
+    return src.cached(tree, "_scopes", lambda: (tree, *src.nodes_of(tree, (ast.FunctionDef, ast.AsyncFunctionDef))))
 
 
 def training_loops(tree: ast.Module) -> tuple[TrainingLoop, ...]:
     """Loops (for/while, not crossing a def) whose body calls backward or autograd.grad, itself or
     through a function of this file."""
     def find() -> tuple[TrainingLoop, ...]:
-        if not any(is_backward_call(n) for n in src.all_nodes(tree)):
+        if not any(_mentions_backward(statement) for statement in tree.body):
             return ()
-        return tuple(TrainingLoop(node, scope) for scope in scopes(tree) for node in src.own_nodes(scope)
-                     if isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-                     and any(runs_backward(n) for n in src.own_nodes(node)))
+        return tuple(TrainingLoop(loop, scope) for scope in scopes(tree) for loop in _loops(scope)
+                     if any(runs_backward(n) for n in src.own_nodes(loop)))
 
     return src.cached(tree, "_training_loops", find)
+
+
+def _mentions_backward(statement: ast.stmt) -> bool:
+    return src.cached(statement, "_mentions_backward",
+                      lambda: any(is_backward_call(n) for n in src.statement_nodes(statement)), subtree_only=True)
+
+
+def _loops(scope: ast.AST) -> tuple[ast.stmt, ...]:
+    """The for and while loops of `scope` (not in nested defs)."""
+    return src.cached(scope, "_loops", lambda: tuple(n for n in src.own_nodes(scope)
+                                                     if isinstance(n, (ast.For, ast.AsyncFor, ast.While))),
+                      subtree_only=True)
 
 
 def defines_forward(cls: ast.ClassDef) -> ast.FunctionDef | None:
@@ -496,9 +506,8 @@ def _classes(tree: ast.AST) -> dict[str, list[ast.ClassDef]]:
     """The file's classes by name, indexed once per tree."""
     def build() -> dict[str, list[ast.ClassDef]]:
         index: dict[str, list[ast.ClassDef]] = {}
-        for node in src.all_nodes(tree):
-            if isinstance(node, ast.ClassDef):
-                index.setdefault(node.name, []).append(node)
+        for node in src.nodes_of(tree, (ast.ClassDef,)):
+            index.setdefault(node.name, []).append(node)
         return index
     return src.cached(tree, "_classes_by_name", build)
 
@@ -644,8 +653,7 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
                 # `from models import Generator`; unless jedi, following it into the workspace,
                 # finds a class that is no module (stable-baselines3's `FloatSchedule`).
                 return jedi_types.call_gives_module(root, node.func) is not False
-            if any(isinstance(c, ast.ClassDef) and c.name == name and defines_forward(c) is not None
-                   for c in src.all_nodes(root)):
+            if any(c.name == name and defines_forward(c) is not None for c in src.nodes_of(root, (ast.ClassDef,))):
                 return True
         helper = helper_called(node, scope)
         if helper is not None:  # `gflownet = init_gflownet(args)`: what the helper of this file returns
@@ -731,7 +739,7 @@ def _imported_classes(tree: ast.Module) -> frozenset[str]:
 def _imported(tree: ast.Module, key: str, wanted) -> frozenset[str]:
     """Names bound by `from X import name` where `wanted(top package of X, name)`."""
     return src.cached(tree, key, lambda: frozenset(
-        alias.asname or alias.name for node in src.all_nodes(tree) if isinstance(node, ast.ImportFrom)
+        alias.asname or alias.name for node in src.nodes_of(tree, (ast.ImportFrom,))
         for alias in node.names if wanted((node.module or "").split(".")[0], alias.asname or alias.name)))
 
 

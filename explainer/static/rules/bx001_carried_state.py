@@ -199,8 +199,8 @@ def _reset_per_sequence(tree, forward, expression: str) -> bool:
 
 def _module_methods(tree):
     """`forward` of classes that define one: state re-assigned there lives across calls."""
-    for node in src.all_nodes(tree):
-        forward = defines_forward(node) if isinstance(node, ast.ClassDef) else None
+    for node in src.nodes_of(tree, (ast.ClassDef,)):
+        forward = defines_forward(node)
         if forward is not None:
             yield forward
 

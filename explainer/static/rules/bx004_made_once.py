@@ -132,12 +132,16 @@ def _before_loops(module) -> Iterator[Finding]:
 
 def _outside_closures(module) -> Iterator[Finding]:
     """Closures handed to `optimizer.step(closure)` (LBFGS) re-run their backward."""
-    for scope in [module.tree, *(n for n in src.all_nodes(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
-        for node in src.own_nodes(scope):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _calls_backward(node) \
-                    and _passed_to_step(scope, node.name):
-                block = _innermost_block_owner(node, scope)
-                yield from _made_before(module, block, scope, node, "closure")
+    for scope in [module.tree, *src.nodes_of(module.tree, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        for node in _closures_passed_to_step(scope):
+            block = _innermost_block_owner(node, scope)
+            yield from _made_before(module, block, scope, node, "closure")
+
+
+def _closures_passed_to_step(scope) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ...]:
+    return src.cached(scope, "_closures_passed_to_step", lambda: tuple(
+        node for node in src.own_nodes(scope) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and _calls_backward(node) and _passed_to_step(scope, node.name)), subtree_only=True)
 
 
 def _passed_to_step(scope, name: str) -> bool:
@@ -147,7 +151,7 @@ def _passed_to_step(scope, name: str) -> bool:
 
 
 def _in_init(module) -> Iterator[Finding]:
-    for cls in (n for n in src.all_nodes(module.tree) if isinstance(n, ast.ClassDef)):
+    for cls in src.nodes_of(module.tree, (ast.ClassDef,)):
         methods = {m.name: m for m in cls.body if isinstance(m, ast.FunctionDef)}
         init, forward = methods.get("__init__"), defines_forward(cls)
         if init is None or forward is None:
