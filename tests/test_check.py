@@ -378,7 +378,7 @@ def test_unsafe_fixes_are_shown_and_applied_only_with_unsafe_fixes(tmp_path):
     script.write_text(CUT_LOSS)
     shown = run_check(str(script))
     assert "BX009 `out`" in shown.stdout and " = unsafe fix: " in shown.stdout
-    assert "(1 hidden fix can be enabled with the `--unsafe-fixes` option)." in shown.stdout
+    assert "\nNo fixes available (1 hidden fix can be enabled with the `--unsafe-fixes` option).\n" in shown.stdout
     assert run_check("--fix", str(script)).returncode == 1 and script.read_text() == CUT_LOSS
     assert "BX009 [*] `out`" in run_check("--unsafe-fixes", str(script)).stdout
     result = run_check("--fix", "--unsafe-fixes", str(script))
@@ -597,6 +597,54 @@ def test_a_state_reset_by_a_method_of_a_workspace_base_class_is_not_carried(tmp_
     base.unlink()
     result = run_check("--format", "json", str(controller))
     assert [(d["code"], d["location"]["row"]) for d in json.loads(result.stdout)] == [("BX001", 7)]
+    assert not marker.exists()
+
+
+def test_a_loss_added_up_by_a_tracker_of_another_workspace_file_is_found(tmp_path):
+    """An `AverageMeter` in the project's utils.py (LIC-HPCM's issue #4 keeps it in another file)
+    adds up whatever it is given: fed the loss, it keeps every step's graph. jedi reads the class
+    (never imports it); given `.item()`, or once the tracker takes the number out itself, nothing
+    is flagged."""
+    marker = tmp_path / "imported"
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'ws'\n")
+    utils = tmp_path / "utils.py"
+    meter = textwrap.dedent(f"""
+        open({str(marker)!r}, "w").write("imported")
+
+        class AverageMeter:
+            def __init__(self):
+                self.sum = 0
+                self.count = 0
+
+            def update(self, val, n=1):
+                self.sum += val * n
+                self.count += n
+    """)
+    utils.write_text(meter)
+    train = tmp_path / "train.py"
+    train.write_text(textwrap.dedent("""
+        import torch
+        from utils import AverageMeter
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses = AverageMeter()
+        for x in torch.randn(10, 2, 4):
+            loss = model(x).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.update(loss, x.size(0))
+    """))
+    result = run_check("--format", "json", str(train))
+    found = json.loads(result.stdout)
+    assert [(d["code"], d["location"]["row"], d["location"]["column"]) for d in found] == [("BX002", 13, 19)]
+    assert "`losses.update` adds `loss`" in found[0]["message"] and "`losses.sum`" in found[0]["message"]
+    assert found[0]["fix"]["applicability"] == "safe" and found[0]["fix"]["edits"][0]["content"] == "loss.detach()"
+    utils.write_text(meter.replace("        self.sum += val * n\n",
+                                   "        if torch.is_tensor(val):\n            val = val.item()\n"
+                                   "        self.sum += val * n\n"))
+    assert json.loads(run_check("--format", "json", str(train)).stdout) == []
     assert not marker.exists()
 
 

@@ -7,7 +7,9 @@ CAUSE = Cause(
     title="`total = total + loss` without `.item()`",
     what="""\
 Flags `total = total + loss` (or `total += loss`) inside a loop that calls `backward()`, where
-`loss` carries autograd history and is not converted with `.item()`.""",
+`loss` carries autograd history and is not converted with `.item()`; and the same total kept by
+a tracker object, `meter.update(loss)` where `update` does `self.sum += val` (an `AverageMeter`
+of this file or of the project's own files).""",
     why="""\
 `total` keeps the graph of every iteration alive: memory grows each step. If `total` is itself
 back-propagated, the second backward goes through the first iteration's freed graph and raises
@@ -28,6 +30,9 @@ for x, y in batches:
         "total": Message(
             "`{carrier}` adds up `{term}` with its autograd history: every iteration's graph stays alive"
             "{on_backward}"),
+        "tracker": Message(
+            "`{method}` adds `{term}` with its autograd history into `{carrier}`: every iteration's graph "
+            "stays alive"),
         "run-total": Message(
             "`{carrier}`, re-assigned at {where}, adds up every iteration's loss with its autograd graph. "
             "{freed} the graphs of the earlier iterations, and this backward (line {backward.row}) goes through "

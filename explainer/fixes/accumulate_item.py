@@ -44,3 +44,13 @@ def reset_after_backward(source: Source, carrier: str, reset: ast.stmt, backward
     return Fix(f"Start `{carrier}` again after `{source.segment(backward_stmt).strip()}` (line "
                f"{backward_stmt.lineno}), as at the top of the pass: the total still holds the terms that "
                f"backward freed", (insert_lines_after(source, backward_stmt, statement_text(source, reset)),))
+
+
+def pass_detached(source: Source, argument: ast.expr, method: str) -> Fix:
+    """`meter.update(loss.detach())`: the tracker adds up the value without the graph. `.item()`
+    would do as well where the tracker only ever does arithmetic on it; `.detach()` keeps the
+    type it was given, so nothing that reads the tracker changes (NVIDIA's BERT fix did this)."""
+    text = source.segment(argument)
+    simple = isinstance(argument, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+    return Fix(f"Pass `{text}` to `{method}` detached, so it adds up the value and not the graph that made it",
+               (replace(source, argument, f"{text}.detach()" if simple else f"({text}).detach()"),))

@@ -109,6 +109,22 @@ def workspace_bases(tree: ast.Module, cls: ast.ClassDef) -> tuple[ast.ClassDef, 
     return tuple(c for c in found if c is not None)
 
 
+def imported_class(tree: ast.Module, name: ast.Name) -> ast.ClassDef | None:
+    """The workspace class that `name` is, where this file imports it from one of the
+    workspace's own files (`from utils import AverageMeter`), read from its source; None where
+    jedi can't tell or finds more than one."""
+    filename = getattr(tree, "_filename", None)
+    if not filename or _jedi() is None:
+        return None
+    filename = os.path.abspath(filename)
+    importing = workspace_imports(tree, filename).get(name.id)
+    if importing is None:
+        return None
+    found = [c for c in (_class_at(path, line) for path, line in _class_definitions(filename, importing, name.id))
+             if c is not None]
+    return found[0] if len(found) == 1 else None
+
+
 @functools.lru_cache(maxsize=1024)
 def _class_definitions(filename: str, importing: str, name: str) -> tuple[tuple[str, int], ...]:
     code = f"{importing}\n{name}\n"

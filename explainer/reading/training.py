@@ -526,6 +526,39 @@ def helper_called(call: ast.Call, scope: ast.AST) -> ast.FunctionDef | None:
     return None
 
 
+def instance_class(receiver: ast.expr, at: ast.AST) -> ast.ClassDef | None:
+    """The class `receiver` (a name, or `self.x`) was made from, read at `at`: `meter =
+    AverageMeter()` in the function or at module level, or `self.meter = AverageMeter()` in a
+    method of the class; a class of this file, or of the workspace's own files that this file
+    imports (read through jedi, never imported)."""
+    module = src.module_of(at)
+    if isinstance(receiver, ast.Name):
+        scope = src.enclosing_function(at) or module
+        last = src.last_assignment(scope, receiver.id, at.lineno)
+        if last is None and scope is not module:
+            last = src.last_assignment(module, receiver.id, at.lineno)
+        made = [last.value] if last is not None else []
+    elif isinstance(receiver, ast.Attribute) and src.canonical(receiver).count(".") == 1 \
+            and isinstance(receiver.value, ast.Name) and receiver.value.id == "self":
+        owner = src.enclosing_class(at)
+        made = [a.value for a in src.assignments(owner, src.canonical(receiver), deep=True)] if owner else []
+    else:
+        return None
+    classes = {id(c): c for c in (_class_constructed(value, module) for value in made) if c is not None}
+    return next(iter(classes.values())) if len(classes) == 1 and len(made) == 1 else None
+
+
+def _class_constructed(value: ast.AST | None, module: ast.Module) -> ast.ClassDef | None:
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES:
+        value = value.func.value
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
+        return None
+    classes = _classes(module).get(value.func.id, ())
+    if classes:
+        return classes[0] if len(classes) == 1 else None
+    return jedi_types.imported_class(module, value.func)
+
+
 def _instance_of(name: ast.Name, at: ast.AST) -> ast.ClassDef | None:
     """The class of this file that `name`, read at `at`, was made from in the enclosing function
     or at module level: `agent = Agent(...)`, for `agent.learn(loss)` and `agent.net`."""

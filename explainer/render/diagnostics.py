@@ -71,10 +71,11 @@ def _fixable_summary(diagnostics: list[Finding], unsafe_fixes: bool) -> list[str
     hidden = 0 if unsafe_fixes else sum(1 for d in diagnostics if d.fix is not None and d.fix.applicability == "unsafe")
     if not fixable and not hidden:
         return []
-    line = f"[*] {fixable} fixable with the `--fix` option." if fixable else "No fixes available"
+    # ruff's wording: "[*] 2 fixable with the `--fix` option (1 hidden fix can be enabled ...)."
+    line = f"[*] {fixable} fixable with the `--fix` option" if fixable else "No fixes available"
     if hidden:
-        line += f" ({hidden} hidden fix{'es' if hidden != 1 else ''} can be enabled with the `--unsafe-fixes` option)."
-    return [line if line.endswith(".") else line + "."]
+        line += f" ({hidden} hidden fix{'es' if hidden != 1 else ''} can be enabled with the `--unsafe-fixes` option)"
+    return [line + "."]
 
 
 def render_json(diagnostics: list[Finding]) -> str:

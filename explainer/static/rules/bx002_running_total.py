@@ -14,6 +14,7 @@ from ...reading.training import (
     cuts_history,
     flows_into_backward,
     has_history,
+    instance_class,
     is_backward_call,
     reset_before,
     running_total,
@@ -50,6 +51,60 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             target = src.targets_of(stmt)[0]
             yield module.finding(CODE, "total", target, fix, carrier=module.source.segment(target), made_at=stmt,
                                  term=module.source.segment(term), backpropagated=receiver is not None)
+        yield from _kept_by_trackers(module, training)
+
+
+def _kept_by_trackers(module, training) -> Iterator[Finding]:
+    """`meter.update(loss)`, where the tracker's method adds its parameter up in an attribute
+    (`self.sum += val * n`): the total is kept out of sight, in the tracker (LIC-HPCM's issue #4,
+    pytracking's PR #313, NVIDIA DeepLearningExamples' issue #1102)."""
+    for call in src.own_nodes(training.loop):
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute) or under_no_grad(call):
+            continue
+        tracker = instance_class(call.func.value, call)
+        method = next((m for m in tracker.body if isinstance(m, ast.FunctionDef) and m.name == call.func.attr),
+                      None) if tracker is not None else None
+        if method is None:
+            continue
+        for parameter, argument in _bound(method, call):
+            total = _adds_up(method, parameter)
+            if total is None or cuts_history(argument):
+                continue
+            if not (has_history(argument, training.scope, call.lineno, strict=True)
+                    or _back_propagated(training.loop, argument)):
+                continue
+            receiver = src.canonical(call.func.value)
+            fix = accumulate_item.pass_detached(module.source, argument, src.canonical(call.func))
+            yield module.finding(CODE, "tracker", argument, fix, carrier=f"{receiver}.{total[len('self.'):]}",
+                                 term=module.source.segment(argument), method=src.canonical(call.func))
+
+
+def _bound(method: ast.FunctionDef, call: ast.Call) -> list[tuple[str, ast.expr]]:
+    """(parameter, argument) pairs of a method call (`self` left out)."""
+    parameters = [a.arg for a in (*method.args.posonlyargs, *method.args.args)][1:]
+    bound = [(name, value) for name, value in zip(parameters, call.args) if not isinstance(value, ast.Starred)]
+    return bound + [(k.arg, k.value) for k in call.keywords if k.arg in parameters]
+
+
+def _adds_up(method: ast.FunctionDef, parameter: str) -> str | None:
+    """The attribute (`self.sum`) that `method` adds `parameter` up in, as it was given: not
+    re-assigned in the method first (`val = val.item()`), not cut where it is added."""
+    if src.assignments(method, parameter):
+        return None
+    for stmt in src.own_nodes(method):
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
+            target, term = stmt.target, stmt.value
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.BinOp) \
+                and isinstance(stmt.value.op, ast.Add) \
+                and src.canonical(stmt.value.left) == src.canonical(stmt.targets[0]):
+            target, term = stmt.targets[0], stmt.value.right
+        else:
+            continue
+        total = src.canonical(target)
+        if total.startswith("self.") and total.count(".") == 1 and not cuts_history(term) \
+                and src.reads(term, parameter):
+            return total
+    return None
 
 
 def _strong_evidence(term, training, line: int, total: str) -> bool:
@@ -109,10 +164,74 @@ TOTAL_OF_AN_ATTRIBUTE = """
 
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
+# A tracker that adds up what it is given (LIC-HPCM's issue #4: `loss = AverageMeter()` made once
+# an epoch, `loss.update(out_criterion["loss"])` each step, VRAM growing until cuDNN fails).
+AVERAGE_METER = """
+    class AverageMeter:
+        def __init__(self):
+            self.val = 0
+            self.sum = 0
+            self.count = 0
+
+        def update(self, val, n=1):
+            self.val = val
+            self.sum += val * n
+            self.count += n
+            self.avg = self.sum / self.count
+
+    def train_one_epoch(model, criterion, train_dataloader, optimizer):
+        loss = AverageMeter()
+        for d in train_dataloader:
+            optimizer.zero_grad()
+            out_criterion = criterion(model(d), d)
+            out_criterion["loss"].backward()
+            optimizer.step()
+            loss.update(out_criterion["loss"])
+"""
+
 INVALID: list[Invalid] = [
     Invalid("a total of a loss kept on the trainer", TOTAL_OF_AN_ATTRIBUTE),
+    Invalid("a loss added up by a tracker object (LIC-HPCM)", AVERAGE_METER),
+    Invalid("a tracker held by the trainer, fed a module's loss", """
+        class Meter:
+            def __init__(self):
+                self.total = 0.0
+
+            def add(self, value):
+                self.total = self.total + value
+
+        class Trainer:
+            def __init__(self):
+                self.model = nn.Linear(4, 1)
+                self.meter = Meter()
+
+            def fit(self, batches, opt):
+                for x in batches:
+                    loss = self.model(x).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    self.meter.add(loss)
+    """),
 ]
 VALID: list[Valid] = [
+    Valid("a tracker given the loss as a number (LIC-HPCM, fixed)",
+          AVERAGE_METER.replace('loss.update(out_criterion["loss"])', 'loss.update(out_criterion["loss"].item())')),
+    Valid("a tracker that takes the number out of a tensor itself (pytracking's AverageMeter after PR #313)",
+          AVERAGE_METER.replace("            self.val = val\n",
+                                "            if torch.is_tensor(val):\n                val = val.item()\n"
+                                "            self.val = val\n")),
+    Valid("a tracker that keeps only the last value", """
+        class Last:
+            def update(self, val):
+                self.val = val
+
+        last = Last()
+        for x in batches:
+            loss = model(x).sum()
+            loss.backward()
+            last.update(loss)
+    """),
     Valid("running loss with item", """
         running_loss = 0.0
         for x, y in batches:
