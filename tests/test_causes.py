@@ -91,7 +91,7 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "version": 1, "graph_nodes": 20000, "kept": "buffer.items.log_probs", "via": "buffer.add(samples)",
          "via_row": 8, "read": 4, "module": "self.layer", "caller": "loss = closure()", "caller_row": 12,
          "grad_off": "`@torch.no_grad()` on `step`", "made": "self.fake_B", "detached_row": 6, "plain_rows": "7",
-         "error": "invalid syntax", "method": "meter.update"}
+         "error": "invalid syntax", "method": "meter.update", "consumer": "finish_episode"}
 
 
 def evidence(**changes) -> Evidence:

@@ -8,7 +8,9 @@ CAUSE = Cause(
     what="""\
 Flags `memory.append(h)` / `cache["prev"] = out` inside a loop that calls `backward()`, when the
 container was made before the loop, the stored value has autograd history, and later forwards in
-the loop read the container.""",
+the loop read the container. Also a list an object keeps (`policy.saved_log_probs`, made `[]` in
+`__init__`) that one function fills with tensors with history (`select_action`) and a function
+called again and again back-propagates through (`finish_episode`), when nothing ever empties it.""",
     why="""\
 Each stored tensor keeps the graph of the step that made it. The first `backward()` frees that
 graph; the next step reads the stored tensor and back-propagates into it: "Trying to backward
@@ -41,6 +43,10 @@ train: the fix empties the container after the backward that consumed it
         "stored": Message(
             "`{carrier}` keeps `{value}` with its autograd history across iterations, and a later step "
             "back-propagates into it"),
+        "kept-by-object": Message(
+            "`{carrier}` keeps `{value}` with its autograd history and is never emptied: each call of "
+            "`{consumer}` back-propagates through everything stored so far, the earlier calls' freed graphs "
+            "included"),
         "run-stored": Message(
             "`{carrier}` (filled at {where}) holds tensors with the graphs of earlier steps. {freed} those graphs, "
             "and this backward (line {backward.row}) reaches them through `{carrier}`.",

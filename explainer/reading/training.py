@@ -115,7 +115,7 @@ def training_loops(tree: ast.Module) -> tuple[TrainingLoop, ...]:
     def find() -> tuple[TrainingLoop, ...]:
         if not any(_mentions_backward(statement) for statement in tree.body):
             return ()
-        return tuple(TrainingLoop(loop, scope) for scope in scopes(tree) for loop in _loops(scope)
+        return tuple(TrainingLoop(loop, scope) for scope in scopes(tree) for loop in loops(scope)
                      if any(runs_backward(n) for n in src.own_nodes(loop)))
 
     return src.cached(tree, "_training_loops", find)
@@ -126,7 +126,7 @@ def _mentions_backward(statement: ast.stmt) -> bool:
                       lambda: any(is_backward_call(n) for n in src.statement_nodes(statement)), subtree_only=True)
 
 
-def _loops(scope: ast.AST) -> tuple[ast.stmt, ...]:
+def loops(scope: ast.AST) -> tuple[ast.stmt, ...]:
     """The for and while loops of `scope` (not in nested defs)."""
     return src.cached(scope, "_loops", lambda: tuple(n for n in src.own_nodes(scope)
                                                      if isinstance(n, (ast.For, ast.AsyncFor, ast.While))),
