@@ -508,9 +508,10 @@ def _read_by_name(node: ast.AST) -> str | None:
     return None
 
 
-def names_read(node: ast.AST) -> frozenset[str]:
-    return cached(node, "_names_read", lambda: frozenset(
-        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)), subtree_only=True)
+def names_read(node: ast.AST) -> set[str]:
+    """The names loaded in `node`: a set of the caller's own (the walk is remembered)."""
+    return set(cached(node, "_names_read", lambda: frozenset(
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)), subtree_only=True))
 
 
 def call_receiver(stmt: ast.AST, method: str) -> ast.expr | None:
