@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import runpy
@@ -114,6 +115,10 @@ def show_rule(code: str) -> int:
 
 
 def run(script: str, args: list[str], json_out: str | None) -> int:
+    problem = _unwritable(json_out)
+    if problem is not None:  # said before the script runs: a long training must not end in this
+        print(f"explainer: can't write --json {json_out!r}: {problem}", file=sys.stderr)
+        return 2
     if not os.path.isfile(script):
         print(f"explainer: can't open file {script!r}: no such file", file=sys.stderr)
         _write_json(json_out, [])
@@ -157,15 +162,36 @@ def _exit_code(value) -> int:
     return 1
 
 
+def _unwritable(path: str | None) -> str | None:
+    """Why `--json PATH` cannot be written, or None."""
+    if not path:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return "it is a folder"
+    if not os.path.isdir(folder):
+        return f"no folder {folder}"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {folder} is not writable"
+    return None
+
+
 def _write_json(path: str | None, findings) -> None:
+    """Write OUT; if that fails now (the folder went away while the script ran), say so in one
+    line and leave the exit code the script's."""
     if not path:
         return
     document = {"version": 1, "findings": [f.to_json() for f in findings]}
     temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=2)
-        handle.write("\n")
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=2)
+            handle.write("\n")
+        os.replace(temporary, path)
+    except OSError as error:
+        print(f"explainer: can't write --json {path!r}: {error.strerror or error}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
 
 
 def _is_own(tb) -> bool:

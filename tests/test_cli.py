@@ -88,6 +88,33 @@ def test_missing_script_is_a_clear_usage_error(tmp_path):
     assert json.loads(out.read_text()) == {"version": 1, "findings": []}
 
 
+def test_an_unwritable_json_path_is_refused_before_the_script_runs(tmp_path):
+    marker = tmp_path / "ran"
+    script = write(tmp_path, "ok.py", f"open({str(marker)!r}, 'w').write('ran')\n")
+    for target in (tmp_path / "no" / "such" / "out.json", tmp_path):
+        proc = subprocess.run([sys.executable, "-m", "explainer", "run", "--json", str(target), str(script)],
+                              capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr.count("\n") == 1 and f"can't write --json {str(target)!r}" in proc.stderr
+        assert "Traceback" not in proc.stderr and not marker.exists()
+
+
+def test_json_that_cannot_be_written_at_the_end_keeps_the_scripts_exit_code(tmp_path):
+    """The folder of OUT goes away while the script runs: one line says so, and the exit code
+    stays the script's (it once became 1, with the tool's own traceback)."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    script = write(tmp_path, "gone.py", f"""
+        import shutil, sys
+        shutil.rmtree({str(folder)!r})
+        sys.exit(3)
+    """)
+    proc = subprocess.run([sys.executable, "-m", "explainer", "run", "--json", str(folder / "out.json"), str(script)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 3
+    assert proc.stderr.count("\n") == 1 and "can't write --json" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_columns_count_code_points(tmp_path, explain_run):
     script = write(tmp_path, "unicode.py", """
         import torch
