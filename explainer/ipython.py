@@ -184,8 +184,15 @@ def _explain_magic(line: str = ""):
     finding = postmortem.explain(error) if error is not None else None
     if finding is None:
         finding = journal.last()
+        if error is not None:
+            # The last error is another kind: say so, rather than pass an older explanation
+            # off as its own.
+            headline = f"{type(error).__name__}: {error}".splitlines()[0][:120]
+            print(f"[explainer] the last error ({headline}) is not an autograd error this tool explains"
+                  + ("; the explanation of an earlier one follows." if finding is not None else "."))
     if finding is None:
-        print("[explainer] nothing to explain: no autograd error has been seen yet.")
+        if error is None:
+            print("[explainer] nothing to explain: no autograd error has been seen yet.")
         return None
     if "--apply" in line.split():
         _put_fixed_cell(shell, finding)

@@ -76,6 +76,18 @@ def test_tb_and_explain_magics_after_an_explained_error(kernel):
     assert next_inputs and "model(torch.randn(2, 4, 3), hidden.detach())" in next_inputs[0]
 
 
+def test_explain_after_an_unrelated_error_says_so_before_the_earlier_explanation(kernel):
+    """`%explain` after a NameError once showed the last autograd explanation as if it were the
+    NameError's."""
+    kernel.run("%load_ext explainer")
+    kernel.run(RNN_CELL)
+    kernel.run("undefined_name")
+    shown = kernel.run("%explain")
+    assert "[explainer] the last error (NameError: name 'undefined_name' is not defined) is not an autograd " \
+           "error this tool explains; the explanation of an earlier one follows." in shown.text()
+    assert "<code>hidden</code>" in shown.html()
+
+
 @pytest.mark.parametrize("broken", ["explainer.runtime.journal.finding_for", "explainer.ipython._show"])
 def test_a_failing_handler_shows_the_error_and_stays_registered(kernel, broken):
     module, name = broken.rsplit(".", 1)
