@@ -711,3 +711,23 @@ def test_an_update_moves_after_the_next_only_where_nothing_between_writes_in_pla
         patched.write_text(apply_edits(code, Fix.from_json(fixes[0]).edits))
         after = explain_run(patched)
         assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run, tmp_path):
+    """`opt.zero_grad(); loss.backward(); opt.step()` on one line: the recorded calls carry their
+    column, so the note names `loss.backward()` (it once said `opt.step()` freed the graph)."""
+    script = tmp_path / "oneline.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        rnn = torch.nn.RNNCell(3, 4)
+        opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+        h = torch.zeros(1, 4)
+        for x in torch.randn(3, 1, 3):
+            h = rnn(x, h)
+            loss = h.pow(2).sum()
+            opt.zero_grad(); loss.backward(); opt.step()
+    """).lstrip())
+    run = explain_run(script)
+    (finding,) = run.findings
+    assert "`loss.backward()` in the previous iteration freed that graph" in finding["message"]
+    assert "opt.step()" not in finding["message"] and "backward  oneline.py:8: loss.backward()" in run.stderr

@@ -345,6 +345,17 @@ def innermost_statement(scope: ast.AST, row: int) -> ast.stmt | None:
     return (simple or spanning)[-1] if spanning else None
 
 
+def statement_at(scope: ast.AST, row: int, column: int | None = None) -> ast.stmt | None:
+    """As `innermost_statement`, but where simple statements share the row (`opt.zero_grad();
+    loss.backward(); opt.step()`), the one at `column` (0-based, UTF-8 bytes, as the AST's)."""
+    if column is not None:
+        at = [s for s in statements_at(scope, row) if not isinstance(s, _COMPOUND)
+              and (s.lineno, s.col_offset) <= (row, column) < (s.end_lineno, s.end_col_offset)]
+        if at:
+            return at[-1]
+    return innermost_statement(scope, row)
+
+
 def loops_around(node: ast.AST, stop: ast.AST | None = None) -> list[ast.stmt]:
     """Enclosing for/while loops, innermost first, not crossing a def."""
     loops = []

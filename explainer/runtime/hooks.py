@@ -79,13 +79,26 @@ def _line_of(code, lasti: int) -> int:
     return code.co_firstlineno
 
 
-def _site(code, lasti: int) -> tuple[str, int]:
-    return (code.co_filename, _line_of(code, lasti)) if code is not None else ("<unknown>", 0)
+def _column_of(code, lasti: int) -> int | None:
+    """The column the instruction at `lasti` starts at (the call's own expression), read only
+    when an error is explained."""
+    positions = code.co_positions()
+    for _ in range(lasti // 2):
+        next(positions, None)
+    found = next(positions, None)
+    return found[2] if found is not None else None
+
+
+def _site(code, lasti: int) -> tuple[str, int, int | None]:
+    if code is None:
+        return "<unknown>", 0, None
+    return code.co_filename, _line_of(code, lasti), _column_of(code, lasti)
 
 
 def _as_call(raw: tuple) -> BackwardCall:
     tick, mark, root_ids, code, lasti, retain_graph, create_graph, api = raw
-    return BackwardCall(tick, mark, root_ids, *_site(code, lasti), retain_graph, create_graph, api)
+    filename, row, column = _site(code, lasti)
+    return BackwardCall(tick, mark, root_ids, filename, row, retain_graph, create_graph, api, column)
 
 
 def recent_calls() -> tuple[BackwardCall, ...]:

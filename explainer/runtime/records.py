@@ -39,6 +39,9 @@ class BackwardCall(NamedTuple):
     retain_graph: bool
     create_graph: bool
     api: str
+    # Where on the row the call is (0-based, UTF-8 bytes, as the AST counts): tells
+    # `opt.zero_grad(); loss.backward(); opt.step()` apart. None when not known.
+    column: int | None = None
 
 
 class StepCall(NamedTuple):
@@ -49,6 +52,7 @@ class StepCall(NamedTuple):
     optimizer: weakref.ref
     filename: str
     row: int
+    column: int | None = None  # as BackwardCall's
 
 
 class LoadCall(NamedTuple):
@@ -60,6 +64,7 @@ class LoadCall(NamedTuple):
     module: weakref.ref
     filename: str
     row: int
+    column: int | None = None  # as BackwardCall's
 
 
 def is_internal_file(filename: str) -> bool:

@@ -72,8 +72,9 @@ class Context:
             return None, None
         return source, src.function_for_code(source, frame.f_code.co_name, frame.f_code.co_firstlineno)
 
-    def site_statement(self, filename: str, row: int):
-        """(source, scope, statement) for a recorded call site in one of the user's frames."""
+    def site_statement(self, filename: str, row: int, column: int | None = None):
+        """(source, scope, statement) for a recorded call site in one of the user's frames (the
+        statement at `column` where several share the row)."""
         for frame in self.frames:
             if frame.f_code.co_filename == filename:
                 source, scope = self.frame_source(frame)
@@ -81,13 +82,13 @@ class Context:
                     continue
                 if hasattr(scope, "lineno") and not (scope.lineno <= row <= scope.end_lineno):
                     continue
-                stmt = src.innermost_statement(scope, row)
+                stmt = src.statement_at(scope, row, column)
                 if stmt is not None:
                     return source, scope, stmt
         source = src.load(filename)
         if source is None:
             return None, None, None
-        stmt = src.innermost_statement(source.tree, row)
+        stmt = src.statement_at(source.tree, row, column)
         scope = source.tree
         if stmt is not None:
             scope = src.enclosing_function(stmt) or source.tree
@@ -97,19 +98,20 @@ class Context:
         """(source, scope, statement) of the failing call."""
         if self.call is None:
             return None, None, None
-        return self.site_statement(self.call.filename, self.call.row)
+        return self.site_statement(self.call.filename, self.call.row, self.call.column)
 
-    def call_site(self, filename: str, row: int) -> CallSite:
-        """The statement at `row`, as the user wrote it."""
+    def call_site(self, filename: str, row: int, column: int | None = None) -> CallSite:
+        """The statement at `row` (the one at `column` where several share the row), as the
+        user wrote it."""
         source = src.load(filename)
         if source is None:
             return CallSite(filename, row, "")
-        stmt = src.innermost_statement(source.tree, row)
+        stmt = src.statement_at(source.tree, row, column)
         code = source.segment(stmt) if stmt is not None and stmt.lineno == row else source.line(row).strip()
         return CallSite(filename, row, code)
 
     def backward_site(self) -> CallSite | None:
-        return self.call_site(self.call.filename, self.call.row) if self.call is not None else None
+        return self.call_site(self.call.filename, self.call.row, self.call.column) if self.call is not None else None
 
     def steps_between(self, start_tick: int, end_tick: int) -> list[StepCall]:
         return [s for s in self.steps if start_tick < s.tick < end_tick]

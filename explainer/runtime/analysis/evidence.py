@@ -62,5 +62,5 @@ def freed_graph(ctx: Context, carrier: str, located: Located | None, previous: B
     """The evidence of a backward through a freed graph: the carrier and where it was made, the
     failing call, the earlier call that freed the graph, and the steps between the two."""
     between = ctx.steps_between(previous.tick, ctx.call.tick) if ctx.call is not None else []
-    return Evidence(carrier, made_at(ctx, located), ctx.backward_site(), ctx.call_site(previous.filename, previous.row),
-                    tuple(ctx.call_site(s.filename, s.row) for s in between), advice, tuple(facts.items()))
+    return Evidence(carrier, made_at(ctx, located), ctx.backward_site(), ctx.call_site(previous.filename, previous.row, previous.column),
+                    tuple(ctx.call_site(s.filename, s.row, s.column) for s in between), advice, tuple(facts.items()))

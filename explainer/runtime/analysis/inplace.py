@@ -69,7 +69,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         row = frame.f_lineno if carrier.binding.frame_index else ctx.call.row if ctx.call else None
         carrier.located = locate(ctx, carrier.binding, row)
         carrier.name = name_of(carrier)
-    step_site = ctx.call_site(step.filename, step.row) if step else None
+    step_site = ctx.call_site(step.filename, step.row, step.column) if step else None
     name = parameter_name or _unnamed(detail)
     fixes: list[Fix | None] = []
     helper = _through_a_helper(ctx, carrier, step, parameter)
@@ -240,7 +240,7 @@ def _split_loss(ctx, source, scope, step: StepCall, failing) -> Fix | None:
         (first if reached & first_params else second).append((sign, term))
     if not first or not second:
         return None
-    optimizer = ctx.call_site(step.filename, step.row).code.rsplit(".step", 1)[0]
+    optimizer = ctx.call_site(step.filename, step.row, step.column).code.rsplit(".step", 1)[0]
     names = split_loss.part_name(loss, optimizer), split_loss.part_name(loss, following)
     taken = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name)}
     if names[0] == names[1] or taken & set(names):

@@ -60,7 +60,7 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
             advice = "first-update"
         fixes.append(recompute_forward.recompute_before_use(
             located.source, located.scope, located.store, last_step.row, failing,
-            f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row).code}`"
+            f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row, last_step.column).code}`"
             f" (line {last_step.row}): the step changed the weights its graph was built with",
             upstream=ctx.made_history))
     elif located is not None and failing is not None and previous_stmt is not None \
@@ -142,7 +142,7 @@ def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, bet
         if stepped and not (stepped & produced_by):
             fix = detach_for_first_consumer.detach_before(
                 located.source, located.scope, name, located.store.end_lineno, previous.row)
-            part = f"`{name}` for the `{ctx.call_site(last_step.filename, last_step.row).code}` update"
+            part = f"`{name}` for the `{ctx.call_site(last_step.filename, last_step.row, last_step.column).code}` update"
             first_update = first_update or (fix is not None and index == 0)
         elif follower is not None and not (follower_trains & produced_by):
             fix = detach_for_first_consumer.detach_before(

@@ -19,7 +19,7 @@ from .made_once import repeating_owner
 def unnamed(ctx: Context, previous: BackwardCall | None) -> Finding:
     """A graph an earlier backward freed, linked by a tensor no variable in the frames holds."""
     evidence = Evidence(backward=ctx.backward_site(),
-                        freed_by=ctx.call_site(previous.filename, previous.row) if previous else None, advice="grows")
+                        freed_by=ctx.call_site(previous.filename, previous.row, previous.column) if previous else None, advice="grows")
     return finding("BX012", "run-unnamed", "second-backward", evidence, confidence="guess")
 
 
