@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def check(paths: list[str], output: str, select, ignore, fix: bool = False, unsafe_fixes: bool = False,
           diff: bool = False, statistics: bool = False) -> int:
+    from .render.ansi import colors_wanted
     from .render.diagnostics import render_json, render_statistics, render_text
     from .render.sarif import render_sarif
     from .static.check import Fixing, check_paths
@@ -88,7 +89,8 @@ def check(paths: list[str], output: str, select, ignore, fix: bool = False, unsa
         rendered = render_sarif(report.diagnostics)
     else:
         rendered = render_text(report.diagnostics, report.line, fixed=report.fixed if fix else None,
-                               unchecked=len(report.errors), unsafe_fixes=unsafe_fixes)
+                               unchecked=len(report.errors), unsafe_fixes=unsafe_fixes,
+                               color=colors_wanted(sys.stdout))
     try:
         print(rendered)
         sys.stdout.flush()

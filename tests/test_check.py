@@ -4,6 +4,7 @@ Each rule's own VALID and INVALID cases run in tests/test_causes.py."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -164,6 +165,48 @@ def test_noqa_select_and_ignore():
 def run_check(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "explainer", "check", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+
+
+@pytest.mark.parametrize("env, colored", [
+    ({}, False),  # a pipe: no colour
+    ({"FORCE_COLOR": "1"}, True),
+    ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),  # NO_COLOR wins
+    ({"FORCE_COLOR": "0"}, False),
+])
+def test_check_text_is_coloured_as_the_terminal_and_the_environment_say(env, colored):
+    shown = subprocess.run([sys.executable, "-m", "explainer", "check", "samples/rnn_hidden_chunks.py"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120,
+                           env={"PYTHONPATH": str(ROOT), "PATH": "", **env})
+    assert ("\x1b[" in shown.stdout) is colored
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", shown.stdout)
+    assert plain.startswith("samples/rnn_hidden_chunks.py:19:10: BX001 [*] `hidden`")
+    if colored:
+        assert "\x1b[1;31mBX001\x1b[0m \x1b[36m[*]\x1b[0m" in shown.stdout
+    assert shown.returncode == 1
+
+
+def test_check_text_is_coloured_on_a_terminal():
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "explainer", "check", "samples/rnn_hidden_chunks.py"],
+                              stdout=follower, stderr=subprocess.DEVNULL, cwd=ROOT, timeout=120,
+                              env={"PYTHONPATH": str(ROOT), "PATH": "", "TERM": "xterm"})
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: everything is read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert proc.returncode == 1 and b"\x1b[1;31mBX001\x1b[0m" in shown
 
 
 def test_cli_json_shape_and_exit_codes(tmp_path):

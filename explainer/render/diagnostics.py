@@ -5,31 +5,37 @@ import json
 import os
 
 from ..model import Finding
+from .ansi import Painter
 
 
 def render_text(diagnostics: list[Finding], line_of, fixed: int | None = None, unchecked: int = 0,
-                unsafe_fixes: bool = False) -> str:
+                unsafe_fixes: bool = False, color: bool = False) -> str:
     """ruff's layout: `path:row:col: CODE [*] message` (`path:cell N:row:col:` in a notebook;
     `[*]` where --fix would apply the fix), the source line with the range underlined, and the
     fix. `line_of(diagnostic)` gives the line; `fixed` is how many fixes --fix applied (None
     without --fix); `unchecked` how many files could not be read or parsed (their errors go to
-    stderr); `unsafe_fixes`: --unsafe-fixes was given."""
+    stderr); `unsafe_fixes`: --unsafe-fixes was given; `color`: ANSI colours, in ruff's
+    scheme (the cli decides, from the terminal and NO_COLOR / FORCE_COLOR)."""
+    paint = Painter(color)
     out = []
     for d in diagnostics:
         path = os.path.relpath(d.filename) if os.path.isabs(d.filename) else d.filename
         cell = f"cell {d.cell}:" if d.cell is not None else ""
-        mark = "[*] " if _applied(d, unsafe_fixes) else ""
-        out.append(f"{path}:{cell}{d.location.row}:{d.location.column}: {d.code} {mark}{d.message}")
+        mark = paint("[*]", "cyan") + " " if _applied(d, unsafe_fixes) else ""
+        out.append(f"{paint(path, 'bold')}{paint(':', 'cyan')}{cell}{d.location.row}{paint(':', 'cyan')}"
+                   f"{d.location.column}{paint(':', 'cyan')} {paint(d.code, 'bold', 'red')} {mark}{d.message}")
         line = line_of(d)
+        gutter = " " * len(str(d.location.row))
         if line is not None:
-            gutter = " " * len(str(d.location.row))
             width = (d.end_location.column - d.location.column) if d.end_location.row == d.location.row else len(line) - d.location.column + 1
-            out.append(f"{gutter} |")
-            out.append(f"{d.location.row} | {line}")
-            out.append(f"{gutter} | {' ' * (d.location.column - 1)}{'^' * max(1, width)}")
+            out.append(paint(f"{gutter} |", "bold", "blue"))
+            out.append(f"{paint(f'{d.location.row} |', 'bold', 'blue')} {line}")
+            out.append(f"{paint(f'{gutter} |', 'bold', 'blue')} {' ' * (d.location.column - 1)}"
+                       f"{paint('^' * max(1, width), 'bold', 'red')}")
         if d.fix is not None:
             kind = "fix" if d.fix.applicability == "safe" else f"{d.fix.applicability} fix"
-            out.append(f"{' ' * len(str(d.location.row))} = {kind}: {d.fix.message}")
+            style = ("bold", "cyan") if d.fix.applicability == "safe" else ("bold", "yellow")
+            out.append(f"{paint(f'{gutter} =', 'bold', 'blue')} {paint(kind, *style)}: {d.fix.message}")
         out.append("")
     count = len(diagnostics)
     if fixed:
@@ -42,7 +48,7 @@ def render_text(diagnostics: list[Finding], line_of, fixed: int | None = None, u
     if unchecked:
         out[-1] += f" {unchecked} input{'s' if unchecked != 1 else ''} could not be checked (stderr says why)."
     if fixed is None:
-        out.extend(_fixable_summary(diagnostics, unsafe_fixes))
+        out.extend(line.replace("[*]", paint("[*]", "cyan"), 1) for line in _fixable_summary(diagnostics, unsafe_fixes))
     return "\n".join(out)
 
 
