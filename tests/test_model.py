@@ -62,3 +62,28 @@ def test_malformed_json_is_refused_saying_where(damage, where):
     with pytest.raises(MalformedFinding) as raised:
         Finding.from_json(data)
     assert str(raised.value).startswith(where) and "\n" not in str(raised.value)
+
+
+def test_a_fix_preview_is_a_diff_with_context_at_the_edits_true_places(tmp_path):
+    """actor_critic_step's recompute goes after `critic_opt.step()`: the preview once showed it
+    under the first edit's line, before the step, with no line around it."""
+    from explainer.model import Edit, Fix, Location
+    from explainer.render.text import fix_preview
+
+    script = tmp_path / "ac.py"
+    script.write_text("for s in states:\n    opt.zero_grad()\n    loss.backward(retain_graph=True)\n"
+                      "    opt.step()\n    log(loss)\n    log(s)\n    actor_opt.zero_grad()\n    actor_loss.backward()\n")
+    fix = Fix("recompute", (
+        Edit(str(script), "loss.backward()", Location(3, 5), Location(3, 37)),
+        Edit(str(script), "    q = critic(s)\n", Location(8, 1), Location(8, 1))))
+    assert fix_preview(fix) == [
+        "ac.py:3",
+        "      opt.zero_grad()",
+        "-     loss.backward(retain_graph=True)",
+        "+     loss.backward()",
+        "      opt.step()",
+        "ac.py:8",
+        "      actor_opt.zero_grad()",
+        "+     q = critic(s)",
+        "      actor_loss.backward()",
+    ]

@@ -36,8 +36,12 @@ def headline(finding: Finding) -> str:
     return f"{finding.kind} ({cause})" if finding.kind else cause
 
 
-def fix_preview(fix: Fix) -> list[str]:
-    """A short `-`/`+` view of each edit, in the file's own lines."""
+def fix_preview(fix: Fix, context: int = 1) -> list[str]:
+    """The fix as a diff of the file's own lines: per hunk a `file:row` line (the first changed
+    row), then `context` unchanged lines around the change (`  `), the removed (`- `) and the
+    added ones (`+ `), each where the edit puts it."""
+    import difflib
+
     from ..fixes.edits import apply_edits
     from ..reading.source import load
 
@@ -49,15 +53,18 @@ def fix_preview(fix: Fix) -> list[str]:
         source = load(filename)
         if source is None:
             continue
-        first = min(e.location.row for e in edits)
-        last = max(e.end_location.row for e in edits)
-        before = [source.line(r) for r in range(first, min(last, len(source.lines)) + 1)]
-        after_text = apply_edits(source.text, edits).splitlines()
-        growth = len(after_text) - len(source.lines)
-        after = after_text[first - 1:last + growth]
-        lines.append(f"{os.path.basename(filename)}:{first}")
-        lines.extend(f"- {line}" for line in before if line not in after)
-        lines.extend(f"+ {line}" for line in after if line not in before)
+        before = [line.rstrip("\r\n") for line in source.lines]
+        after = apply_edits(source.text, edits).splitlines()
+        matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+        for hunk in matcher.get_grouped_opcodes(context):
+            changed = next(i1 for tag, i1, _, _, _ in hunk if tag != "equal")
+            lines.append(f"{os.path.basename(filename)}:{changed + 1}")
+            for tag, i1, i2, j1, j2 in hunk:
+                if tag == "equal":
+                    lines.extend(f"  {line}" for line in before[i1:i2])
+                    continue
+                lines.extend(f"- {line}" for line in before[i1:i2])
+                lines.extend(f"+ {line}" for line in after[j1:j2])
     return lines
 
 
