@@ -362,16 +362,78 @@ def test_server_never_imports_torch_and_starts_fast():
     assert float(seconds) < 5  # the figure against the 1 s target is in benchmarks/lsp_latency.py
 
 
-def test_jupyterlab_lsp_discovers_the_spec():
+def python_servers(monkeypatch, opt_in: str | None) -> dict:
     pytest.importorskip("jupyter_lsp")
     from jupyter_lsp.manager import LanguageServerManager
 
+    if opt_in is None:
+        monkeypatch.delenv("BACKWARD_EXPLAINER_JUPYTERLAB", raising=False)
+    else:
+        monkeypatch.setenv("BACKWARD_EXPLAINER_JUPYTERLAB", opt_in)
     manager = LanguageServerManager()
     manager.initialize()
-    spec = manager.language_servers.get("backward-explainer")
-    assert spec is not None and spec["languages"] == ["python"] and spec["version"] == 2
+    return {name: spec for name, spec in manager.language_servers.items() if "python" in spec["languages"]}
+
+
+def test_jupyterlab_lsp_is_offered_this_server_only_when_the_user_opts_in(monkeypatch):
+    """jupyterlab-lsp runs one server per document: offered by default, this one took notebooks
+    from python-lsp-server (installed in the test environment)."""
+    assert "backward-explainer" not in python_servers(monkeypatch, None)
+    assert "pylsp" in python_servers(monkeypatch, None)
+    spec = python_servers(monkeypatch, "1")["backward-explainer"]
+    assert spec["languages"] == ["python"] and spec["version"] == 2
     assert spec["argv"][1] == "-c" and "lsp_server" in spec["argv"][2]
     json.dumps(spec)
+
+
+def test_opted_in_without_pygls_nothing_is_offered(monkeypatch):
+    """Installed for `%load_ext` alone (no pygls), the package once offered a server that died on
+    import, and the notebook had no Python language server at all."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pygls" else real(name, *a))
+    servers = python_servers(monkeypatch, "1")
+    assert "backward-explainer" not in servers and "pylsp" in servers
+
+
+def test_a_jupyter_server_s_lsp_status_keeps_pylsp_for_python(tmp_path):
+    """The real Jupyter server's /lsp/status (what jupyterlab-lsp reads) with this package and
+    python-lsp-server installed: pylsp is Python's server, and ours only once opted in."""
+    pytest.importorskip("jupyter_server")
+    import socket
+    import urllib.request
+
+    def status(env: dict) -> dict:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}", "--IdentityProvider.token=t",
+             f"--ServerApp.root_dir={tmp_path}", "--allow-root"],
+            cwd=tmp_path, env={**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), **env},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    request = urllib.request.Request(f"http://127.0.0.1:{port}/lsp/status",
+                                                     headers={"Authorization": "token t"})
+                    with urllib.request.urlopen(request, timeout=5) as response:
+                        return json.loads(response.read())
+                except OSError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise
+                    time.sleep(0.3)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+    default = status({"BACKWARD_EXPLAINER_JUPYTERLAB": ""})  # not opted in
+    python = [name for name, session in default["sessions"].items() if "python" in session["spec"]["languages"]]
+    assert python == ["pylsp"], python
+    opted = status({"BACKWARD_EXPLAINER_JUPYTERLAB": "1"})
+    assert {"pylsp", "backward-explainer"} <= set(opted["sessions"])
 
 
 async def test_a_bug_explained_at_runtime_is_one_diagnostic_confirmed_until_it_runs_clean(client, tmp_path,
