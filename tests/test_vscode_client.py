@@ -2,6 +2,7 @@
 runner) and `npm run package` (the .vsix), as the issue's done-when list states them."""
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -33,6 +34,13 @@ def test_npm_ci_test_and_package():
         manifest = json.loads(vsix.read("extension/package.json"))
     assert {"extension/dist/extension.js", "extension/package.json", "extension/readme.md"} <= names
     assert not any("node_modules" in name for name in names)  # bundled by esbuild
+    # The package's own wheel, for "Install into this environment"; it requires no torch.
+    (wheel,) = [n for n in names if n.startswith("extension/bundled/wheels/") and n.endswith(".whl")]
+    with zipfile.ZipFile(CLIENT / "backward-explainer.vsix") as vsix, \
+            zipfile.ZipFile(io.BytesIO(vsix.read(wheel))) as package:
+        metadata = next(package.read(n).decode() for n in package.namelist() if n.endswith(".dist-info/METADATA"))
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert not any("torch" in line and "extra ==" not in line for line in requires), requires
     trust = manifest["capabilities"]["untrustedWorkspaces"]
     assert trust["supported"] == "limited" and trust["restrictedConfigurations"] == ["backwardExplainer.interpreter"]
     assert "extensionDependencies" not in manifest  # the Python extension is used when present, not required

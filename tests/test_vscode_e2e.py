@@ -3,7 +3,9 @@ driven by Playwright in Debian's chromium (tests/editors/vscode_drive.py).
 
 - The diagnostic shows in the Problems panel at the sample's culprit line with its squiggle, and
   the quick fix (Ctrl+.) changes the text and clears it; the same in a notebook built from the
-  sample, where the problem is on the loop cell's own line.
+  sample, where the problem is on the loop cell's own line. With the default settings, in the
+  project's environment and with a bare Python (where the server bundled in the .vsix runs, and
+  pip never does).
 - In restricted mode (the user answers "No" to the workspace-trust prompt) an interpreter that
   the workspace's own settings name is never launched, and the checks still run with the user's;
   once the folder is trusted, that interpreter is used.
@@ -55,7 +57,7 @@ def write_notebook(path, source: str) -> int:
 
 
 def system_python() -> str | None:
-    """A Python without the server installed: with useBundled it runs the extension's copy."""
+    """A Python without the server installed: only the extension's bundled copy can answer."""
     python = shutil.which("python3", path="/usr/bin:/usr/local/bin")
     if python is None or subprocess.run([python, "-c", "import lsp_server"], capture_output=True,
                                         cwd="/").returncode == 0:
@@ -63,11 +65,11 @@ def system_python() -> str | None:
     return python
 
 
-STRATEGIES = {
+ENVIRONMENTS = {
     # the project's environment, where the server is installed
-    "fromEnvironment": lambda: sys.executable,
-    # a bare Python: only the server bundled in the .vsix can answer
-    "useBundled": system_python,
+    "project": lambda: sys.executable,
+    # a bare Python, with the default settings: the bundled server takes over (issue 22)
+    "bare": system_python,
 }
 
 
@@ -123,12 +125,19 @@ def drive(cache_dir: str, scenario: str, *args) -> dict:
     return json.loads(driven.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
-    python = STRATEGIES[strategy]()
+@pytest.mark.parametrize("environment", ENVIRONMENTS)
+def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, environment):
+    """With the default settings. For the bare Python the interpreter is a wrapper that logs
+    every command it runs: the server runs (bundled), and pip never does."""
+    python = ENVIRONMENTS[environment]()
     if python is None:
         pytest.skip("no system Python without the server installed")
-    shots = SHOTS if strategy == "fromEnvironment" else SHOTS / strategy
+    shots = SHOTS if environment == "project" else SHOTS / environment
+    commands = tmp_path / "python-commands.log"
+    wrapper = tmp_path / "bin" / "python"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"#!/bin/sh\necho \"$@\" >> {commands}\nexec {python} \"$@\"\n")
+    wrapper.chmod(0o755)
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
@@ -140,7 +149,7 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
         (workspace / name).parent.mkdir(exist_ok=True)
         (workspace / name).write_text(f"open({str(markers / name.replace('/', '.'))!r}, 'w').write('ran')\n")
 
-    settings = {"backwardExplainer.interpreter": [python], "backwardExplainer.importStrategy": strategy}
+    settings = {"backwardExplainer.interpreter": [str(wrapper)]}
     with code_server(tmp_path, workspace, settings, workspace_trust=False) as (url, cache_dir):
         shots.mkdir(parents=True, exist_ok=True)
         culprit_column = 10
@@ -157,6 +166,8 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, strategy):
     assert "hidden.detach()" in report["notebook_cells_after_fix"][-1].replace("\xa0", " ")
     assert report["notebook_problems_after_fix"] == []
     assert sorted(p.name for p in markers.iterdir()) == []  # the server ran none of the workspace's code
+    ran = commands.read_text().splitlines()
+    assert any(line.endswith("-m lsp_server") for line in ran) and not any("pip" in line for line in ran), ran
 
 
 def test_restricted_mode_never_launches_the_workspaces_interpreter(tmp_path):

@@ -19,6 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent
 TARGET = HERE / "bundled" / "libs"
+WHEELS = HERE / "bundled" / "wheels"
 # The server's imports: pygls (with lsprotocol, cattrs, attrs), and jedi (with parso).
 REQUIREMENTS = ["pygls", "jedi"]
 OLDEST_PYTHON = "3.10"  # the project's requires-python: wheels chosen (and markers read) for it
@@ -37,7 +38,7 @@ def main() -> None:
     pip("install", "--target", str(TARGET), "--only-binary=:all:", "--python-version", OLDEST_PYTHON,
         "--implementation", "py", "--no-compile", *pinned)
     with tempfile.TemporaryDirectory() as scratch:
-        # Our own package as a wheel, without its torch dependency, built from a copy of the
+        # Our own package as a wheel (it needs no torch to install), built from a copy of the
         # sources: setuptools would leave a build/ folder in the project, and reuse it next time.
         source, wheels = Path(scratch) / "source", Path(scratch) / "wheels"
         source.mkdir()
@@ -48,6 +49,10 @@ def main() -> None:
         pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source))
         (wheel,) = wheels.glob("*.whl")
         pip("install", "--target", str(TARGET), "--no-deps", "--no-compile", str(wheel))
+        # The wheel itself, for the extension's "Install into this environment" (no index has it).
+        shutil.rmtree(WHEELS, ignore_errors=True)
+        WHEELS.mkdir(parents=True)
+        shutil.copy(wheel, WHEELS / wheel.name)
     for leftover in [*TARGET.glob("bin"), *TARGET.rglob("__pycache__")]:
         shutil.rmtree(leftover, ignore_errors=True)
     names = sorted(p.name for p in TARGET.iterdir() if not p.name.endswith(".dist-info"))

@@ -2,10 +2,12 @@
 // changes (src/lifecycle.ts). Every diagnostic, fix and explanation comes from the server;
 // nothing is analysed here.
 import { execFile } from "node:child_process";
+import { readdirSync } from "node:fs";
 import * as vscode from "vscode";
 import { LanguageClient, LanguageClientOptions, ServerOptions } from "vscode-languageclient/node";
 import {
-  chooseInterpreter, importStrategy, InterpreterChoice, needsRestart, ServerCommand, serverCommand, serverSettings,
+  chooseInterpreter, importStrategy, installCommand, InterpreterChoice, needsRestart, ServerCommand, serverCommand,
+  serverSettings, strategiesToTry,
 } from "./interpreter";
 import { restartOn, ServerLifecycle } from "./lifecycle";
 
@@ -13,10 +15,12 @@ const SECTION = "backwardExplainer";
 let output: vscode.LogOutputChannel;
 let extensionDirectory: string;
 let lifecycle: ServerLifecycle<LanguageClient> | undefined;
+let memory: vscode.Memento;
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel("backward-explainer", { log: true });
   extensionDirectory = context.extensionUri.fsPath;
+  memory = context.globalState;
   const servers = new ServerLifecycle(launch, (error) => output.error(`Starting or stopping the server failed: ${error}`));
   lifecycle = servers;
   const python = await pythonExtensionApi();
@@ -51,11 +55,21 @@ async function launch(): Promise<LanguageClient | undefined> {
   if (choice.pythonExtensionError) {
     output.warn(`The Python extension's interpreter is not used: ${choice.pythonExtensionError}`);
   }
-  const strategy = importStrategy(settings.get("importStrategy"));
-  const server = serverCommand(choice, extensionDirectory, strategy, process.env);
-  output.info(`Python: ${choice.command.join(" ")} (${choice.source}), ${strategy}`);
-  if (!(await hasServer(server))) {
-    void offerInstall(choice, strategy);
+  const chosen = importStrategy(settings.get("importStrategy"));
+  let server: ServerCommand | undefined;
+  for (const strategy of strategiesToTry(chosen)) {
+    const candidate = serverCommand(choice, extensionDirectory, strategy, process.env);
+    if (await hasServer(candidate)) {
+      server = candidate;
+      output.info(`Python: ${choice.command.join(" ")} (${choice.source}), ${strategy}`);
+      if (strategy !== chosen) {
+        void sayBundledIsUsed(choice);
+      }
+      break;
+    }
+  }
+  if (!server) {
+    void sayPythonCannotRunIt(choice);
     return undefined;
   }
   const { command, args, cwd, env } = server;
@@ -90,27 +104,55 @@ function hasServer(server: ServerCommand): Promise<boolean> {
     const options = { timeout: 20000, cwd: server.cwd, env: server.env };
     execFile(server.command, [...prefix, "-c", "import lsp_server, pygls"], options, (error) => {
       if (error) {
-        output.warn(`${[server.command, ...prefix].join(" ")} cannot import lsp_server: ${error.message}`);
+        output.info(`${[server.command, ...prefix].join(" ")} cannot import lsp_server${server.env.PYTHONPATH ? " (bundled)" : ""}`);
       }
       resolve(!error);
     });
   });
 }
 
-async function offerInstall(choice: InterpreterChoice, strategy: string): Promise<void> {
-  const install = "Install backward-explainer";
-  const problem = strategy === "useBundled"
-    ? "cannot run the bundled server (Python 3.10 or newer is needed)"
-    : "does not have the package (or Python is missing)";
-  const answer = await vscode.window.showErrorMessage(
-    `backward-explainer: ${choice.command.join(" ")} ${problem}.`,
-    ...(strategy === "useBundled" ? [] : [install]), "Show Logs");
-  if (answer === install) {
+/** Once per interpreter: the environment has no server, so the bundled one runs; installing the
+ * extension's own wheel there also gives `%load_ext explainer` and `explainer run`. */
+async function sayBundledIsUsed(choice: InterpreterChoice): Promise<void> {
+  const python = choice.command.join(" ");
+  output.warn(`${python} has no backward-explainer: the server bundled with the extension runs instead.`);
+  const key = `bundledNotice:${python}`;
+  if (memory.get(key)) {
+    return;
+  }
+  await memory.update(key, true);
+  const wheel = bundledWheel();
+  const install = "Install into this environment";
+  const answer = await vscode.window.showInformationMessage(
+    `backward-explainer: ${python} has no backward-explainer, so the server bundled with the extension checks your code. ` +
+    "Install the package there for %load_ext explainer and explainer run.", ...(wheel ? [install] : []), "Show Logs");
+  if (answer === install && wheel) {
     const terminal = vscode.window.createTerminal("backward-explainer install");
     terminal.show();
-    terminal.sendText([...choice.command, "-m", "pip", "install", "backward-explainer[lsp]"].map(quote).join(" "));
+    terminal.sendText(installCommand(choice, wheel).map(quote).join(" "));
   } else if (answer === "Show Logs") {
     output.show();
+  }
+}
+
+/** Neither the environment nor the bundled copy runs: the interpreter itself is the problem
+ * (missing, or older than Python 3.10). No pip command can fix that. */
+async function sayPythonCannotRunIt(choice: InterpreterChoice): Promise<void> {
+  const answer = await vscode.window.showErrorMessage(
+    `backward-explainer: ${choice.command.join(" ")} cannot run the language server (Python 3.10 or newer is needed; ` +
+    "set backwardExplainer.interpreter).", "Show Logs");
+  if (answer === "Show Logs") {
+    output.show();
+  }
+}
+
+/** The package's wheel shipped in the .vsix (bundle_server.py puts it in bundled/wheels). */
+function bundledWheel(): string | undefined {
+  try {
+    const found = readdirSync(`${extensionDirectory}/bundled/wheels`).filter((name) => name.endsWith(".whl"));
+    return found.length === 1 ? `${extensionDirectory}/bundled/wheels/${found[0]}` : undefined;
+  } catch {
+    return undefined;
   }
 }
 

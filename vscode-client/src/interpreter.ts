@@ -89,6 +89,21 @@ export function importStrategy(value: unknown): ImportStrategy {
   return value === "useBundled" ? "useBundled" : "fromEnvironment";
 }
 
+/**
+ * The strategies to try, in order: `fromEnvironment` falls back to the bundled server when the
+ * environment has none (as ruff's extension does), so a bare Python works with the defaults;
+ * `useBundled` means the bundled one only.
+ */
+export function strategiesToTry(chosen: ImportStrategy): ImportStrategy[] {
+  return chosen === "fromEnvironment" ? ["fromEnvironment", "useBundled"] : ["useBundled"];
+}
+
+/** The command that installs the extension's own wheel into the interpreter (no package index
+ * has it yet): for `%load_ext explainer` and `explainer run` there. */
+export function installCommand(choice: InterpreterChoice, wheel: string): string[] {
+  return [...choice.command, "-m", "pip", "install", wheel];
+}
+
 export interface ServerSettings {
   enable: boolean;
   select: string[];

@@ -1,6 +1,8 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
-import { chooseInterpreter, importStrategy, needsRestart, serverCommand, serverSettings } from "../src/interpreter";
+import {
+  chooseInterpreter, importStrategy, installCommand, needsRestart, serverCommand, serverSettings, strategiesToTry,
+} from "../src/interpreter";
 
 /** The Python extension's answer, counting how often it was asked. */
 function pythonExtension(answer: string | undefined | Error) {
@@ -90,4 +92,16 @@ test("useBundled puts the bundled libraries first on PYTHONPATH, before the user
   assert.equal(importStrategy("useBundled"), "useBundled");
   assert.equal(importStrategy("bogus"), "fromEnvironment");
   assert.equal(importStrategy(undefined), "fromEnvironment");
+});
+
+test("fromEnvironment falls back to the bundled server; useBundled uses it alone", () => {
+  assert.deepEqual(strategiesToTry("fromEnvironment"), ["fromEnvironment", "useBundled"]);
+  assert.deepEqual(strategiesToTry("useBundled"), ["useBundled"]);
+  assert.deepEqual(strategiesToTry(importStrategy(undefined)), ["fromEnvironment", "useBundled"]);
+});
+
+test("installing means the extension's own wheel, never a name no index has", () => {
+  const command = installCommand({ command: ["/env/bin/python"], source: "setting" }, "/ext/bundled/wheels/backward_explainer-0.1.0-py3-none-any.whl");
+  assert.deepEqual(command, ["/env/bin/python", "-m", "pip", "install", "/ext/bundled/wheels/backward_explainer-0.1.0-py3-none-any.whl"]);
+  assert.ok(!command.some((part) => part.includes("backward-explainer[")));
 });
