@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from .handoff import Entry
-from .model import Finding, Fix, Location
+from .model import Edit, Finding, Fix, Location
 from .reading.notebook import Notebook, NotebookError, without_unparseable_cells
 from .reading.reparse import Reparser
-from .static.check import apply_safe_fixes, check_text
+from .static.check import NOQA, apply_safe_fixes, check_text
 
 SEVERITIES = ("error", "warning", "information", "hint")
 Cells = list  # list[str | None]: a notebook's cells in order, None for a cell that is not code
@@ -257,9 +257,10 @@ def _same_bug(static: Finding, ran: Finding) -> bool:
 
 
 def hover_markdown(finding: Finding) -> str:
-    """What a hover on the finding shows: the finding, its fix, and why the pattern breaks."""
+    """What a hover on the finding shows beside the diagnostic's own message (which the editor
+    shows there already): the cause, its fix, and why the pattern breaks."""
     cause = finding.cause
-    parts = [f"**{finding.code} {cause.name}**: {finding.message}"]
+    parts = [f"**{finding.code} {cause.name}**: {cause.title}"]
     if finding.confirmed or finding.origin == "runtime":
         parts.append("*Confirmed when it ran.*" if finding.confirmed else "*Seen when it ran.*")
     if finding.fix is not None:
@@ -267,6 +268,36 @@ def hover_markdown(finding: Finding) -> str:
     parts.append(cause.why)
     parts.append(f"[{finding.code} documentation]({finding.url})")
     return "\n\n".join(parts)
+
+
+def fix_title(finding: Finding) -> str:
+    """A quick fix's title: the fix's first clause, in plain words (no backticks), and the code:
+    `Detach hidden where it re-enters the next step (BX001)`."""
+    text = finding.fix.message if finding.fix is not None else ""
+    for stop in (", so ", ": ", "; "):
+        text = text.split(stop, 1)[0]
+    return f"{text.replace('`', '')} ({finding.code})"
+
+
+def noqa_edit(finding: Finding, line: str) -> Edit | None:
+    """The edit that silences `finding` on its line with `# noqa: CODE` (added to a noqa the line
+    has already), as `check` reads it; None where a comment cannot go (a line continued by a
+    backslash) or the line already silences the code."""
+    code_part = line.rstrip("\r\n")
+    if code_part.rstrip().endswith("\\"):
+        return None
+    end = Location(finding.location.row, len(code_part) + 1)
+    existing = NOQA.search(code_part)
+    if existing is not None:
+        codes = [c.strip().upper() for c in (existing.group("codes") or "").split(",") if c.strip()]
+        if not existing.group("codes") or finding.code in codes:
+            return None
+        start = Location(finding.location.row, existing.start() + 1)
+        content = f"# noqa: {', '.join([*codes, finding.code])}"
+        end = Location(finding.location.row, existing.end() + 1)
+    else:
+        start, content = end, f"  # noqa: {finding.code}"
+    return Edit(finding.filename, content, start, end, finding.cell)
 
 
 def overlapping(findings: Iterable[Finding], start: tuple[int, int], end: tuple[int, int]) -> list[Finding]:

@@ -46,11 +46,18 @@ def message(finding: Finding) -> str:
     return finding.message
 
 
+def severity(finding: Finding, settings: Settings) -> types.DiagnosticSeverity:
+    """The user's severity; but an error the code really raised when it ran is an error."""
+    if (finding.confirmed or finding.origin == "runtime") and finding.severity == "error":
+        return types.DiagnosticSeverity.Error
+    return _SEVERITY[settings.severity]
+
+
 def to_lsp(document: TextDocument, finding: Finding, settings: Settings) -> types.Diagnostic:
     return types.Diagnostic(
         range=to_range(document, finding.location, finding.end_location),
         message=message(finding),
-        severity=_SEVERITY[settings.severity],
+        severity=severity(finding, settings),
         code=finding.code,
         code_description=types.CodeDescription(href=finding.url),
         source=SOURCE,

@@ -135,15 +135,21 @@ async def code_action(ls: ExplainerServer, params: types.CodeActionParams) -> li
 
 
 def quick_fixes(ls: ExplainerServer, uri: str, document, at: types.Range) -> list[types.CodeAction]:
-    """One quick fix per finding under the range: its preferred fix."""
+    """Per finding under the range: its preferred fix, then `# noqa: CODE` on its line."""
     actions = []
     start, end = from_position(document, at.start), from_position(document, at.end)
     for finding in editor.overlapping(ls.diagnostics_at(uri), start, end):
+        diagnostic = to_lsp(document, finding, ls.settings)
         edit = workspace_edit(ls, uri, finding.fix.edits) if finding.fix is not None else None
         if edit is not None:
+            actions.append(types.CodeAction(title=editor.fix_title(finding), kind=types.CodeActionKind.QuickFix,
+                                            diagnostics=[diagnostic], is_preferred=True, edit=edit))
+        row = finding.location.row
+        noqa = editor.noqa_edit(finding, document.lines[row - 1]) if row <= len(document.lines) else None
+        if noqa is not None:
             actions.append(types.CodeAction(
-                title=f"{finding.fix.message} ({finding.code})", kind=types.CodeActionKind.QuickFix,
-                diagnostics=[to_lsp(document, finding, ls.settings)], is_preferred=True, edit=edit))
+                title=f"Ignore {finding.code} on this line", kind=types.CodeActionKind.QuickFix,
+                diagnostics=[diagnostic], edit=types.WorkspaceEdit(changes={uri: [text_edit(document, noqa)]})))
     return actions
 
 

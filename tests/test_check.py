@@ -162,6 +162,36 @@ def test_noqa_select_and_ignore():
     assert check_text(silenced.replace("model(x, hidden)", "model(x, hidden)  # noqa"), "a.py") == []
 
 
+def test_the_editors_ignore_edit_silences_the_code_as_check_reads_it():
+    """editor.noqa_edit (the language server's "Ignore BX001 on this line"): appended to the
+    line, added to a noqa comment that names other codes, never on a backslash-continued line,
+    and nothing when the line already silences the code."""
+    from explainer import editor
+    from explainer.fixes.edits import apply_edits
+
+    code = textwrap.dedent("""
+        for x in batches:
+            hidden.detach()  # noqa: BX003
+            out, hidden = model(x, hidden)  # the state
+            out.sum().backward()
+    """)
+    found = check_text(code, "a.py")
+    (carried,) = [d for d in found if d.code == "BX001"]
+    lines = code.splitlines(keepends=True)
+    edit = editor.noqa_edit(carried, lines[carried.location.row - 1])
+    silenced = apply_edits(code, [edit])
+    assert "out, hidden = model(x, hidden)  # the state  # noqa: BX001\n" in silenced
+    assert check_text(silenced, "a.py") == []
+    # A second code joins the noqa already there.
+    both = code.replace("hidden.detach()  # noqa: BX003", "hidden.detach()  # noqa: BX999")
+    (discarded,) = [d for d in check_text(both, "a.py") if d.code == "BX003"]
+    joined = apply_edits(both, [editor.noqa_edit(discarded, both.splitlines(keepends=True)[discarded.location.row - 1])])
+    assert "hidden.detach()  # noqa: BX999, BX003\n" in joined
+    assert editor.noqa_edit(discarded, "    hidden.detach()  # noqa\n") is None
+    assert editor.noqa_edit(discarded, "    hidden.detach()  # noqa: BX003\n") is None
+    assert editor.noqa_edit(discarded, "    x = hidden.detach() + \\\n") is None
+
+
 def run_check(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "explainer", "check", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": ""})

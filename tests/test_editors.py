@@ -63,7 +63,8 @@ def test_neovim_shows_one_diagnostic_for_a_bug_the_run_confirmed(tmp_path):
     assert before == [f"before {sample.culprit_row}:10 BX001 backward-explainer"], report
     assert len(messages) == 1 and messages[0].endswith("(confirmed when it ran)"), report
     assert "`loss.backward()` in the previous iteration freed that graph" in messages[0], report
-    assert "quickfixes 1" in report and any(line.startswith("applied Detach `hidden`") for line in report), report
+    # The fix, and "Ignore BX001 on this line"; the first is applied.
+    assert "quickfixes 2" in report and any(line.startswith("applied Detach hidden") for line in report), report
 
 
 EMACS = shutil.which("emacs")
@@ -83,6 +84,6 @@ def test_emacs_eglot_shows_the_diagnostic_and_applies_the_quick_fix(tmp_path):
                    cwd=tmp_path, env=env, timeout=180, check=True, capture_output=True)
     report = out.read_text().splitlines()
     assert report[0].startswith(f"before {sample.culprit_row}:10 backward-explainer [BX001]"), report
-    assert report[1].startswith("applied Detach `hidden`"), report
+    assert report[1].startswith("applied Detach hidden where it re-enters the next step (BX001)"), report
     assert not [line for line in report if line.startswith(f"after {sample.culprit_row} ")], report
     assert report[-1] == "text     out, hidden = model(x, hidden.detach())  # culprit"

@@ -115,11 +115,23 @@ async def test_sample_diagnostic_at_the_culprit_line_and_its_quick_fix_clears_it
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), range=diagnostic.range,
         context=types.CodeActionContext(diagnostics=[diagnostic], only=[types.CodeActionKind.QuickFix])))
-    (quick_fix,) = [a for a in actions if a.kind == types.CodeActionKind.QuickFix]
+    quick = [a for a in actions if a.kind == types.CodeActionKind.QuickFix]
+    (quick_fix,) = [a for a in quick if a.is_preferred]
+    # A title in plain words: the fix's first clause, no backticks, and the code.
+    assert "`" not in quick_fix.title and quick_fix.title.endswith(f"({diagnostic.code})")
+    assert len(quick_fix.title) < 80, quick_fix.title
+    (ignore,) = [a for a in quick if a.title == f"Ignore {diagnostic.code} on this line"]
     fixed = apply_text_edits(text, quick_fix.edit.changes[uri])
     change(client, uri, 2, fixed)
     after = await published(client, uri, 2)
     assert not [d for d in after if d.code == diagnostic.code and d.range.start.line == sample.culprit_row - 1]
+    # The other way: a noqa comment naming the code silences it, and the line is otherwise the same.
+    silenced = apply_text_edits(text, ignore.edit.changes[uri])
+    line = silenced.splitlines()[sample.culprit_row - 1]
+    assert line == text.splitlines()[sample.culprit_row - 1] + f"  # noqa: {diagnostic.code}"
+    change(client, uri, 3, silenced)
+    assert not [d for d in await published(client, uri, 3) if d.code == diagnostic.code
+                and d.range.start.line == sample.culprit_row - 1]
 
 
 async def test_hover_explains_the_diagnostic(client, workspace):
@@ -130,6 +142,7 @@ async def test_hover_explains_the_diagnostic(client, workspace):
         text_document=types.TextDocumentIdentifier(uri=uri), position=diagnostic.range.start))
     assert shown.contents.kind == types.MarkupKind.Markdown
     assert shown.contents.value.startswith("**BX001 carried-state**")
+    assert diagnostic.message not in shown.contents.value  # the editor shows it above the hover already
     assert "**Fix**: Detach" in shown.contents.value and "BX001.md" in shown.contents.value
     nothing = await client.text_document_hover_async(types.HoverParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=0, character=0)))
@@ -152,8 +165,10 @@ async def test_fix_all_in_file(client, workspace):
         range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=99, character=0)),
         context=types.CodeActionContext(diagnostics=[], trigger_kind=trigger)))
         for trigger in (types.CodeActionTriggerKind.Invoked, types.CodeActionTriggerKind.Automatic)]
-    assert [a.kind for a in everything] == ["quickfix", "quickfix", fix_all.kind]
-    assert [a.kind for a in light_bulb] == ["quickfix", "quickfix"]
+    # Per diagnostic, its fix and "Ignore ... on this line"; then the fix-all.
+    assert [a.kind for a in everything] == ["quickfix"] * 4 + [fix_all.kind]
+    assert [a.kind for a in light_bulb] == ["quickfix"] * 4
+    assert [a.title.startswith("Ignore BX") for a in light_bulb] == [False, True, False, True]
     fixed = apply_text_edits(text, fix_all.edit.changes[uri])
     change(client, uri, 2, fixed)
     assert await published(client, uri, 2) == []
@@ -253,7 +268,7 @@ async def test_notebook_cells_get_their_diagnostics_and_quick_fix(client, tmp_pa
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=cell_uris[2]), range=third[0].range,
         context=types.CodeActionContext(diagnostics=third)))
-    (quick_fix,) = [a for a in actions if a.kind == types.CodeActionKind.QuickFix]
+    (quick_fix,) = [a for a in actions if a.kind == types.CodeActionKind.QuickFix and a.is_preferred]
     assert list(quick_fix.edit.changes) == [cell_uris[2]]
     assert "hidden.detach())" in apply_text_edits(cells[2], quick_fix.edit.changes[cell_uris[2]])
 
@@ -463,10 +478,12 @@ async def test_a_bug_explained_at_runtime_is_one_diagnostic_confirmed_until_it_r
     assert confirmed() == [finding] and finding.code == "BX001" and finding.range.start.line == sample.culprit_row - 1
     assert "`loss.backward()` in the previous iteration freed that graph" in finding.message
     assert finding.code_description.href.endswith("BX001.md")
+    # A crash it really raised is an error, whatever the severity setting (warning by default).
+    assert finding.severity == types.DiagnosticSeverity.Error
     actions = await client.text_document_code_action_async(types.CodeActionParams(
         text_document=types.TextDocumentIdentifier(uri=uri), range=finding.range,
         context=types.CodeActionContext(diagnostics=[finding], only=[types.CodeActionKind.QuickFix])))
-    (quick_fix,) = actions
+    (quick_fix,) = [a for a in actions if a.is_preferred]
     fixed = apply_text_edits(script.read_text(), quick_fix.edit.changes[uri])
     assert "model(x, hidden.detach())" in fixed
     hover = await client.text_document_hover_async(types.HoverParams(

@@ -126,7 +126,7 @@ def test_requests_with_params_of_the_wrong_type_get_invalid_params(server):
         == {"id": server.next_id, "jsonrpc": "2.0", "result": None}
     actions = server.ask("textDocument/codeAction", {"textDocument": {"uri": server.uri}, "context": {"diagnostics": []},
                                                      "range": {"start": {"line": 0, "character": 0}, "end": far}})
-    assert [a["kind"] for a in actions["result"]] == ["quickfix", "source.fixAll.backward-explainer"]
+    assert [a["kind"] for a in actions["result"]] == ["quickfix", "quickfix", "source.fixAll.backward-explainer"]
     server.alive()
 
 

@@ -22,7 +22,8 @@ from ..reading.reparse import Reparser
 from .module import CheckedModule
 from .rules import RULES
 
-_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
+# A noqa comment, bare or naming codes (BX001, BX006); editors add one with `editor.noqa_edit`.
+NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
 _SKIPPED_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache", "build", "dist",
                  ".ipynb_checkpoints"}
 _FIX_PASSES = 8
@@ -312,7 +313,7 @@ def _enabled(code: str, select, ignore) -> bool:
 
 
 def _suppressed(diagnostic: Finding, source: src.Source) -> bool:
-    match = _NOQA.search(source.line(diagnostic.location.row))
+    match = NOQA.search(source.line(diagnostic.location.row))
     if match is None:
         return False
     codes = match.group("codes")
