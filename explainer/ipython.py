@@ -16,6 +16,7 @@ _saved: dict[int, tuple] = {}
 
 def load(ip) -> None:
     from .notes import record_only, warn_growth
+    from .places import register
     from .runtime import hooks
 
     if id(ip) in _saved:
@@ -27,11 +28,14 @@ def load(ip) -> None:
     ip.set_custom_exc((RuntimeError,), _handle)
     ip.register_magic_function(_explain_magic, "line", "explain")
     ip.events.register("post_run_cell", _clear_when_it_runs_clean)
+    register(_cell_label)
 
 
 def unload(ip) -> None:
+    from .places import unregister
     from .runtime import hooks
 
+    unregister(_cell_label)
     saved = _saved.pop(id(ip), None)
     if saved is not None:
         ip.CustomTB, ip.custom_exceptions = saved
@@ -166,6 +170,15 @@ def _fix_edits_a_cell(finding) -> bool:
 
 def _is_cell_file(filename: str) -> bool:
     return "ipykernel_" in filename or filename.startswith("<ipython-input")
+
+
+def _cell_label(filename: str) -> str | None:
+    """`Cell In[3]` for a cell's file, as IPython's own traceback names it."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    named = shell.compile.format_code_name(filename) if shell is not None else None
+    return f"{named[0]} {named[1]}" if named else None
 
 
 def _explain_magic(line: str = ""):

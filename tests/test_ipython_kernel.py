@@ -76,6 +76,21 @@ def test_tb_and_explain_magics_after_an_explained_error(kernel):
     assert next_inputs and "model(torch.randn(2, 4, 3), hidden.detach())" in next_inputs[0]
 
 
+def test_the_explanation_names_cells_as_ipython_does(kernel):
+    """`Cell In[5], line 8`, as IPython's traceback says, where the cell's file name
+    (`4101939383.py:8`) once showed."""
+    kernel.run("%load_ext explainer")
+    buggy = kernel.run(RNN_CELL)
+    count = buggy.reply["content"]["execution_count"]
+    html = buggy.html()
+    # IPython drops the cell's leading blank lines before numbering it, as its traceback does.
+    row = next(i for i, line in enumerate(RNN_CELL.lstrip("\n").splitlines(), 1) if "out, hidden = model(" in line)
+    assert f"<div>Cell In[{count}]</div>" in html, html
+    assert f"re-assigned at Cell In[{count}], line {row}" in html, html  # the message
+    assert f"Cell In[{count}], line {row}\n" in html, html  # the fix's diff
+    assert not re.search(r"\b\d{6,}\.py", html)
+
+
 def test_explain_after_an_unrelated_error_says_so_before_the_earlier_explanation(kernel):
     """`%explain` after a NameError once showed the last autograd explanation as if it were the
     NameError's."""

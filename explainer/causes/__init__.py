@@ -8,10 +8,10 @@ docstring. Analyses return facts (a Finding and its Evidence); the sentences are
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..places import place
 from . import (
     bx000_syntax_error,
     bx001_carried_state,
@@ -91,7 +91,7 @@ class _Phrases(Mapping):
     def _where(evidence, facts):
         """`train.py:19`, where the carrier was made."""
         made = evidence.made_at
-        return f"{os.path.basename(made.filename)}:{made.row}" if made is not None else "an earlier line"
+        return place(made.filename, made.row) if made is not None else "an earlier line"
 
     @staticmethod
     def _freed(evidence, facts):
@@ -108,7 +108,7 @@ class _Phrases(Mapping):
         """`line 14`, or `helpers.py:14` when the freeing call is in another file."""
         freed, backward = evidence.freed_by, evidence.backward
         same_file = backward is None or freed.filename == backward.filename
-        return f"line {freed.row}" if same_file else f"{os.path.basename(freed.filename)}:{freed.row}"
+        return f"line {freed.row}" if same_file else place(freed.filename, freed.row)
 
     @staticmethod
     def _freed_call(evidence, facts):

@@ -3,9 +3,9 @@ marked, then the fix as a diff; the full explanation and the traceback fold away
 from __future__ import annotations
 
 import html
-import os
 
 from ..model import Finding
+from ..places import file_label
 from ..reading.source import load
 from .text import fix_preview, headline
 
@@ -75,7 +75,7 @@ def _lines_view(finding: Finding) -> str:
             css = marks.get((filename, row))
             lines.append(f'<span class="{css}">{text}</span>' if css else text)
             previous = row
-        blocks.append(f"<div>{html.escape(os.path.basename(filename))}</div><pre>" + "\n".join(lines) + "</pre>")
+        blocks.append(f"<div>{html.escape(file_label(filename))}</div><pre>" + "\n".join(lines) + "</pre>")
     return "".join(blocks)
 
 

@@ -1,9 +1,8 @@
 """Plain-text rendering: the PEP 678 note on the exception, and stderr for `explainer run`."""
 from __future__ import annotations
 
-import os
-
 from ..model import Finding, Fix
+from ..places import place
 
 RULE = "─" * 72
 
@@ -12,9 +11,9 @@ def render_note(finding: Finding) -> str:
     lines = [RULE, f"[explainer] {headline(finding)}: {finding.summary}", "", *_wrap(finding.message), ""]
     for culprit in finding.culprits:
         lines.append(f"  {culprit.name}  ({culprit.role})")
-        lines.append(f"    {_place(culprit.filename, culprit.location.row)}: {culprit.source_line}")
+        lines.append(f"    {place(culprit.filename, culprit.location.row)}: {culprit.source_line}")
     if finding.backward:
-        lines.append(f"  backward  {_place(finding.backward.filename, finding.backward.row)}: {finding.backward.code}")
+        lines.append(f"  backward  {place(finding.backward.filename, finding.backward.row)}: {finding.backward.code}")
     if finding.fixes:
         lines.append("")
         lines.append(f"Fix: {finding.fixes[0].message}")
@@ -58,7 +57,7 @@ def fix_preview(fix: Fix, context: int = 1) -> list[str]:
         matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
         for hunk in matcher.get_grouped_opcodes(context):
             changed = next(i1 for tag, i1, _, _, _ in hunk if tag != "equal")
-            lines.append(f"{os.path.basename(filename)}:{changed + 1}")
+            lines.append(place(filename, changed + 1))
             for tag, i1, i2, j1, j2 in hunk:
                 if tag == "equal":
                     lines.extend(f"  {line}" for line in before[i1:i2])
@@ -66,10 +65,6 @@ def fix_preview(fix: Fix, context: int = 1) -> list[str]:
                 lines.extend(f"- {line}" for line in before[i1:i2])
                 lines.extend(f"+ {line}" for line in after[j1:j2])
     return lines
-
-
-def _place(filename: str, row: int) -> str:
-    return f"{os.path.basename(filename)}:{row}"
 
 
 def _wrap(text: str, width: int = 96) -> list[str]:
