@@ -65,11 +65,8 @@ def _kept_by_objects(module) -> Iterator[Finding]:
     emptied: set[str] | None = None
     seen: set[tuple[int, str]] = set()
     for scope in scopes(module.tree)[1:]:
-        for node in src.own_nodes(scope):
-            store = _store(node)
-            if store is None or not isinstance(node, ast.Call) or not isinstance(store[0], ast.Attribute):
-                continue
-            container, value = store
+        for node in _appends_to_attributes(scope):
+            container, value = node.func.value, node.args[-1]
             owner = _class_of(container.value, node)
             if owner is None or (id(owner), container.attr) in seen or not _made_empty(owner, container.attr):
                 continue
@@ -87,6 +84,14 @@ def _kept_by_objects(module) -> Iterator[Finding]:
             statement = src.statement_of(node)
             yield module.finding(CODE, "kept-by-object", statement, fix, carrier=src.canonical(container),
                                  made_at=statement, value=module.source.segment(value), consumer=consumer.name)
+
+
+def _appends_to_attributes(scope) -> tuple[ast.Call, ...]:
+    """`x.items.append(v)` (or extend, insert...) in `scope`: the stores `_kept_by_objects`
+    reads further (found once per function: most have none)."""
+    return src.cached(scope, "_appends_to_attributes", lambda: tuple(
+        n for n in src.own_nodes(scope) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and n.func.attr in _STORES and n.args and isinstance(n.func.value, ast.Attribute)), subtree_only=True)
 
 
 def _class_of(receiver, at) -> ast.ClassDef | None:
