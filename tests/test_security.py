@@ -97,10 +97,12 @@ def test_checker_imports_and_runs_nothing_from_the_workspace(workspace):
 
 
 @pytest.mark.parametrize("launcher", ["console-script", "jupyterlab-spec"])
-def test_language_server_imports_and_runs_nothing_from_the_workspace(workspace, launcher):
+def test_language_server_imports_and_runs_nothing_from_the_workspace(workspace, launcher, monkeypatch):
     # Neovim, Emacs and Helix start `backward-explainer-lsp` (docs/editors.md); JupyterLab uses
-    # the spec's argv; VS Code runs `python -m lsp_server` from the extension's own folder
-    # (vscode-client/src/interpreter.ts serverCommand), which the e2e test runs for real.
+    # the spec's argv (offered once the user opts in); VS Code runs `python -m lsp_server` from
+    # the extension's own folder (vscode-client/src/interpreter.ts serverCommand), which the e2e
+    # test runs for real.
+    monkeypatch.setenv("BACKWARD_EXPLAINER_JUPYTERLAB", "1")
     command = [str(BIN / "backward-explainer-lsp")] if launcher == "console-script" \
         else spec(None)["backward-explainer"]["argv"]
     assert "BX001" in served_diagnostics(command, workspace)
