@@ -104,7 +104,11 @@ function hasServer(server: ServerCommand): Promise<boolean> {
     const options = { timeout: 20000, cwd: server.cwd, env: server.env };
     execFile(server.command, [...prefix, "-c", "import lsp_server, pygls"], options, (error) => {
       if (error) {
-        output.info(`${[server.command, ...prefix].join(" ")} cannot import lsp_server${server.env.PYTHONPATH ? " (bundled)" : ""}`);
+        // Expected for an environment without the package (the bundled copy is tried next):
+        // information, with the reason Python gave (its last line).
+        const reason = error.message.trim().split("\n").pop();
+        const where = server.env.PYTHONPATH ? " (bundled)" : "";
+        output.info(`${[server.command, ...prefix].join(" ")} cannot import lsp_server${where}: ${reason}`);
       }
       resolve(!error);
     });
