@@ -483,23 +483,19 @@ def _module_method(func: ast.Attribute, scope: ast.AST, before: int) -> ast.Func
     return next((m for m in made.body if isinstance(m, ast.FunctionDef) and m.name == func.attr), None)
 
 
-def _class_made(name: ast.AST, scope: ast.AST, before: int, *, globals_too: bool = False) -> ast.ClassDef | None:
+def _class_made(name: ast.AST, scope: ast.AST, before: int, *, globals_too: bool = False,
+                workspace: bool = False) -> ast.ClassDef | None:
     """The class of this file that the name `name` (read at line `before` of `scope`) was made
     from, through moves (`actor = Actor(envs).to(device)`), when one class has that name. With
-    `globals_too`, a name `scope` never assigns is looked for at module level."""
+    `globals_too`, a name `scope` never assigns is looked for at module level; with `workspace`,
+    a class this file imports from the workspace's own files counts too."""
     if not isinstance(name, ast.Name):
         return None
     module = src.module_of(scope)
     last = src.last_assignment(scope, name.id, before)
     if last is None and globals_too and scope is not module:
         last = src.last_assignment(module, name.id, before)
-    made = last.value if last is not None else None
-    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in _MOVES:
-        made = made.func.value
-    if not isinstance(made, ast.Call) or not isinstance(made.func, ast.Name):
-        return None
-    classes = _classes(module).get(made.func.id, ())
-    return classes[0] if len(classes) == 1 else None
+    return _class_constructed(last.value if last is not None else None, module, workspace)
 
 
 def _classes(tree: ast.AST) -> dict[str, list[ast.ClassDef]]:
@@ -533,28 +529,24 @@ def instance_class(receiver: ast.expr, at: ast.AST) -> ast.ClassDef | None:
     imports (read through jedi, never imported)."""
     module = src.module_of(at)
     if isinstance(receiver, ast.Name):
-        scope = src.enclosing_function(at) or module
-        last = src.last_assignment(scope, receiver.id, at.lineno)
-        if last is None and scope is not module:
-            last = src.last_assignment(module, receiver.id, at.lineno)
-        made = [last.value] if last is not None else []
-    elif isinstance(receiver, ast.Attribute) and src.canonical(receiver).count(".") == 1 \
+        return _class_made(receiver, src.enclosing_function(at) or module, at.lineno, globals_too=True, workspace=True)
+    if isinstance(receiver, ast.Attribute) and src.canonical(receiver).count(".") == 1 \
             and isinstance(receiver.value, ast.Name) and receiver.value.id == "self":
         owner = src.enclosing_class(at)
         made = [a.value for a in src.assignments(owner, src.canonical(receiver), deep=True)] if owner else []
-    else:
-        return None
-    classes = {id(c): c for c in (_class_constructed(value, module) for value in made) if c is not None}
-    return next(iter(classes.values())) if len(classes) == 1 and len(made) == 1 else None
+        return _class_constructed(made[0], module, workspace=True) if len(made) == 1 else None
+    return None
 
 
-def _class_constructed(value: ast.AST | None, module: ast.Module) -> ast.ClassDef | None:
+def _class_constructed(value: ast.AST | None, module: ast.Module, workspace: bool) -> ast.ClassDef | None:
+    """The class `value` (`Actor(envs).to(device)`) constructs: the one class of this file by
+    that name, or with `workspace`, one this file imports from the workspace (jedi)."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES:
         value = value.func.value
     if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
         return None
     classes = _classes(module).get(value.func.id, ())
-    if classes:
+    if classes or not workspace:
         return classes[0] if len(classes) == 1 else None
     return jedi_types.imported_class(module, value.func)
 

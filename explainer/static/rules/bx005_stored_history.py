@@ -243,34 +243,37 @@ REINFORCE = """
         finish_episode()
 """
 
+# An agent that keeps what select_action computes on itself, for learn.
+AGENT = """
+    class Agent:
+        def __init__(self):
+            self.actor = nn.Linear(4, 2)
+            self.optimizer = torch.optim.Adam(self.actor.parameters())
+            self.log_probs = []
+
+        def select_action(self, state):
+            dist = Categorical(logits=self.actor(state))
+            action = dist.sample()
+            self.log_probs.append(dist.log_prob(action))
+            return action
+
+        def learn(self, advantage):
+            loss = -(torch.stack(self.log_probs) * advantage).sum()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+    agent = Agent()
+    for episode in range(100):
+        for t in range(20):
+            agent.select_action(torch.randn(4))
+        agent.learn(1.0)
+"""
+
 INVALID: list[Invalid] = [
     Invalid("a graph stored on the policy by select_action, never emptied (pytorch/examples' reinforce.py)",
             REINFORCE),
-    Invalid("an agent's select_action keeps its log-probabilities on self, learn never empties them", """
-        class Agent:
-            def __init__(self):
-                self.actor = nn.Linear(4, 2)
-                self.optimizer = torch.optim.Adam(self.actor.parameters())
-                self.log_probs = []
-
-            def select_action(self, state):
-                dist = Categorical(logits=self.actor(state))
-                action = dist.sample()
-                self.log_probs.append(dist.log_prob(action))
-                return action
-
-            def learn(self, advantage):
-                loss = -(torch.stack(self.log_probs) * advantage).sum()
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-
-        agent = Agent()
-        for episode in range(100):
-            for t in range(20):
-                agent.select_action(torch.randn(4))
-            agent.learn(1.0)
-    """),
+    Invalid("an agent's select_action keeps its log-probabilities on self, learn never empties them", AGENT),
     Invalid("every loss so far kept in a list and back-propagated whole", """
         model = nn.Linear(3, 1)
         losses = []
@@ -285,32 +288,9 @@ VALID: list[Valid] = [
     Valid("pytorch/examples' reinforce.py: finish_episode empties both lists",
           REINFORCE.replace("        optimizer.step()\n",
                             "        optimizer.step()\n        del policy.rewards[:]\n        del policy.saved_log_probs[:]\n")),
-    Valid("the agent starts its list afresh after each update", """
-        class Agent:
-            def __init__(self):
-                self.actor = nn.Linear(4, 2)
-                self.optimizer = torch.optim.Adam(self.actor.parameters())
-                self.log_probs = []
-
-            def select_action(self, state):
-                dist = Categorical(logits=self.actor(state))
-                action = dist.sample()
-                self.log_probs.append(dist.log_prob(action))
-                return action
-
-            def learn(self, advantage):
-                loss = -(torch.stack(self.log_probs) * advantage).sum()
-                self.optimizer.zero_grad()
-                loss.backward()
-                self.optimizer.step()
-                self.log_probs = []
-
-        agent = Agent()
-        for episode in range(100):
-            for t in range(20):
-                agent.select_action(torch.randn(4))
-            agent.learn(1.0)
-    """),
+    Valid("the agent starts its list afresh after each update",
+          AGENT.replace("            self.optimizer.step()\n",
+                        "            self.optimizer.step()\n            self.log_probs = []\n")),
     Valid("the values kept are numbers", """
         class Agent:
             def __init__(self):
