@@ -1,10 +1,10 @@
 """`%load_ext explainer`: explain autograd errors in IPython and Jupyter.
 
-Only the errors the engine explains get the explanation (HTML in Jupyter, rich text in a
-terminal), rendered from the journal: the hooks installed here add no note to the error, so
-there is none to strip from the traceback. Every other exception is shown exactly as before. `%tb` keeps working, `%explain`
-shows the last explanation again (or explains the last error post-mortem), and `%unload_ext
-explainer` restores the previous handler.
+Every error is shown exactly as IPython shows it (the hooks installed here add no note to it);
+the errors the engine explains are followed by the explanation, rendered from the journal (HTML
+in Jupyter, rich text in a terminal). `%tb` keeps working, `%explain` shows the last explanation
+again (or explains the last error post-mortem), and `%unload_ext explainer` restores the
+previous handler.
 """
 from __future__ import annotations
 
@@ -49,27 +49,38 @@ def unload(ip) -> None:
 
 def _handle(shell, etype, value, tb, tb_offset=None):
     """IPython's custom exception handler. It must never raise: IPython would print "An
-    exception occurred in the custom handler" and unregister it for the rest of the session."""
+    exception occurred in the custom handler" and unregister it for the rest of the session.
+
+    The error is shown as IPython shows it, always: in Jupyter it stays an `error` output, so Run
+    All stops, nbconvert and other tools see it, and a saved notebook keeps it. The explanation
+    follows it."""
     try:
         from .runtime import journal
 
         finding = journal.finding_for(value)
-        if finding is None:
-            shell.showtraceback(running_compiled_code=True)
-            return None
-        shell._get_exc_info((etype, value, tb))  # sets sys.last_* so %tb and %debug work
-        _hand_off(finding)
-        _show(shell, finding, value, tb, tb_offset)
     except Exception as internal:  # noqa: BLE001 - one line, then the error as IPython shows it
-        print(f"[explainer] could not display the explanation ({type(internal).__name__}: "
-              f"{internal}); showing the error as usual.", file=sys.stderr)
-        _show_as_usual(shell, etype, value, tb)
+        _say_not_shown(internal)
+        finding = None
+    _show_as_usual(shell, etype, value, tb, tb_offset)
+    if finding is None:
+        return None
+    try:
+        _hand_off(finding)
+        _show_explanation(shell, finding)
+    except Exception as internal:  # noqa: BLE001 - the error is shown already: one line
+        _say_not_shown(internal)
     return None
 
 
-def _show_as_usual(shell, etype, value, tb) -> None:
+def _say_not_shown(internal: Exception) -> None:
+    print(f"[explainer] could not display the explanation ({type(internal).__name__}: {internal}).",
+          file=sys.stderr)
+
+
+def _show_as_usual(shell, etype, value, tb, tb_offset=None) -> None:
+    """IPython's own traceback (which also sets sys.last_* for %tb and %debug)."""
     try:
-        shell.showtraceback((etype, value, tb), running_compiled_code=True)
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
     except Exception:  # noqa: BLE001 - IPython's own display failed too: the standard library's
         import traceback
 
@@ -104,28 +115,13 @@ def _clear_when_it_runs_clean(result) -> None:
         _handed_off.pop(_run_id(), None)
 
 
-def _show(shell, finding, value, tb, tb_offset) -> None:
-    traceback_text = _traceback_text(shell, value, tb, tb_offset)
+def _show_explanation(shell, finding) -> None:
     if _in_kernel(shell):
         from IPython.display import display
 
-        display(ExplanationView(finding, traceback_text))
+        display(ExplanationView(finding))
     else:
-        print(traceback_text, file=sys.stderr)
         _print_terminal(finding)
-
-
-def _traceback_text(shell, value, tb, tb_offset) -> str:
-    """IPython's own traceback text, as it would show it."""
-    structured = shell.InteractiveTB.structured_traceback(type(value), value, tb, tb_offset=tb_offset)
-    text = shell.InteractiveTB.stb2text(structured)
-    return text if not _in_kernel(shell) else _strip_ansi(text)
-
-
-def _strip_ansi(text: str) -> str:
-    import re
-
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def _in_kernel(shell) -> bool:
@@ -146,16 +142,15 @@ def _print_terminal(finding) -> None:
 class ExplanationView:
     """What `display()` shows: HTML in Jupyter, the plain note elsewhere."""
 
-    def __init__(self, finding, traceback_text: str = "") -> None:
+    def __init__(self, finding) -> None:
         self.finding = finding
-        self.traceback_text = traceback_text
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .render.html import render_html
         from .render.text import render_note
 
         return {
-            "text/html": render_html(self.finding, self.traceback_text, _fix_edits_a_cell(self.finding)),
+            "text/html": render_html(self.finding, _fix_edits_a_cell(self.finding)),
             "text/plain": render_note(self.finding),
         }
 
@@ -188,7 +183,6 @@ def _explain_magic(line: str = ""):
     next input.
     """
     from IPython import get_ipython
-    from IPython.display import display
 
     from .runtime import journal, postmortem
 
@@ -209,10 +203,7 @@ def _explain_magic(line: str = ""):
         return None
     if "--apply" in line.split():
         _put_fixed_cell(shell, finding)
-    if _in_kernel(shell):
-        display(ExplanationView(finding))
-    else:
-        _print_terminal(finding)
+    _show_explanation(shell, finding)
     return None
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,13 @@ class Workspace:
 
     def sample(self, name: str) -> manifest.Sample:
         return manifest.load(self.root / "samples" / f"{name}.py")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server a test starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def isolated_samples(root: Path) -> Workspace:

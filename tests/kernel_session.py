@@ -65,3 +65,39 @@ class Kernel:
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
 
+
+
+# A truncated-BPTT notebook as a user writes it: the extension, the set-up, the training loop
+# (whose `hidden` carries the previous step's graph).
+NOTEBOOK_CELLS = (
+    "%load_ext explainer",
+    "import torch\n"
+    "torch.manual_seed(0)\n"
+    "model = torch.nn.GRU(3, 5, batch_first=True)\n"
+    "head = torch.nn.Linear(5, 1)\n"
+    "opt = torch.optim.SGD([*model.parameters(), *head.parameters()], lr=0.1)\n"
+    "hidden = torch.zeros(1, 2, 5)",
+    "for step in range(3):\n"
+    "    out, hidden = model(torch.randn(2, 4, 3), hidden)\n"
+    "    loss = head(out).pow(2).mean()\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward()\n"
+    "    opt.step()",
+)
+
+
+def explained_notebook(path):
+    """NOTEBOOK_CELLS run in a real kernel (nbclient, this checkout's explainer) and saved at
+    `path` as Jupyter saves it; returns the notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook.cells = [nbformat.v4.new_markdown_cell("# Truncated BPTT"),
+                      *(nbformat.v4.new_code_cell(source) for source in NOTEBOOK_CELLS)]
+    client = NotebookClient(notebook, timeout=300, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute(env={**os.environ, "PYTHONPATH": ROOT})
+    nbformat.write(notebook, str(path))
+    return notebook

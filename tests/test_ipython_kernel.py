@@ -6,7 +6,7 @@ import re
 import pytest
 
 from explainer import editor, handoff
-from kernel_session import Kernel, strip_ansi
+from kernel_session import Kernel, explained_notebook, strip_ansi
 
 pytestmark = pytest.mark.kernel
 
@@ -44,13 +44,24 @@ def test_extension_explains_a_buggy_cell_and_leaves_other_errors_alone(kernel):
     buggy = kernel.run(RNN_CELL)
     assert buggy.status == "error"  # Run All still stops here
     assert buggy.reply["content"]["ename"] == "RuntimeError"
-    assert buggy.of_type("error") == []  # the explanation replaces the plain traceback output
+    # The error stays an error output, as IPython shows it, and the explanation follows it.
+    assert [o["msg_type"] for o in buggy.outputs] == ["error", "display_data"]
+    (error,) = buggy.of_type("error")
+    assert error["ename"] == "RuntimeError" and "Trying to backward through the graph a second time" in error["evalue"]
+    rows = {line.strip(): row for row, line in enumerate(RNN_CELL.lstrip("\n").splitlines(), 1)}
+    shown = strip_ansi("\n".join(error["traceback"]))
+    assert f"Cell In[{buggy.reply['content']['execution_count']}], line {rows['loss.backward()']}" in shown
     html = buggy.html()
-    assert "<b>second-backward (BX001 carried-state)</b>" in html
-    assert "<code>hidden</code>" in html
+    # The headline in plain words; the kind and the cause as tags.
+    assert "<p><b><code>hidden</code> carries the graph of the previous iteration into this backward.</b></p>" in html
+    assert '<span class="tag">second-backward</span> <span class="tag">BX001 carried-state</span>' in html
+    # The marks are text too, for an untrusted notebook that drops the <style> block.
+    culprit, backward = rows["out, hidden = model(torch.randn(2, 4, 3), hidden)"], rows["loss.backward()"]
+    assert f'<span class="mark culprit">  hidden ▶ {culprit:>3}     out, hidden = model' in html, html
+    assert f'<span class="mark call">backward ▶ {backward:>3}     loss.backward()' in html, html
     assert "hidden.detach()" in html  # the fix, as a diff
     assert "%explain --apply" in html
-    assert "<details>" in html and "Trying to backward through the graph a second time" in html
+    assert "Traceback" not in html  # it is the error output's
 
     after = kernel.run("1/0").of_type("error")[0]
     assert (after["ename"], after["evalue"]) == (before["ename"], before["evalue"])
@@ -103,7 +114,7 @@ def test_explain_after_an_unrelated_error_says_so_before_the_earlier_explanation
     assert "<code>hidden</code>" in shown.html()
 
 
-@pytest.mark.parametrize("broken", ["explainer.runtime.journal.finding_for", "explainer.ipython._show"])
+@pytest.mark.parametrize("broken", ["explainer.runtime.journal.finding_for", "explainer.ipython._show_explanation"])
 def test_a_failing_handler_shows_the_error_and_stays_registered(kernel, broken):
     module, name = broken.rsplit(".", 1)
     kernel.run("%load_ext explainer")
@@ -179,3 +190,21 @@ def _hand_off_and_clear(kernel, findings):
     # Run clean in the kernel: the entry is gone.
     assert kernel.run(edited).status == "ok"
     assert not [e for e in handoff.read(findings) if e.run == f"ipython:{pid}"]
+
+
+def test_a_saved_notebook_keeps_the_error_output_followed_by_the_explanation(tmp_path):
+    """Saved as Jupyter saves it, the explained cell's output is an `error` (what nbconvert,
+    GitHub and Run All read), then the explanation, which names the cell as IPython does."""
+    nbformat = pytest.importorskip("nbformat")
+    explained_notebook(tmp_path / "explained.ipynb")
+    notebook = nbformat.read(str(tmp_path / "explained.ipynb"), as_version=4)
+    nbformat.validate(notebook)
+    loop = notebook.cells[-1]
+    assert [o.output_type for o in loop.outputs] == ["error", "display_data"]
+    error, explanation = loop.outputs
+    assert error.ename == "RuntimeError" and "backward through the graph a second time" in error.evalue
+    assert f"Cell In[{loop.execution_count}], line 5" in strip_ansi("\n".join(error.traceback))
+    html = explanation.data["text/html"]
+    assert f"<code>hidden</code>, re-assigned at Cell In[{loop.execution_count}], line 2," in html, html
+    assert explanation.data["text/plain"].startswith("─")
+    assert all(not cell.get("outputs") or cell is loop for cell in notebook.cells)

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -26,19 +25,14 @@ import urllib.request
 import pytest
 
 import manifest
-from conftest import ROOT
+from conftest import ROOT, free_port
+from kernel_session import explained_notebook
 
 CLIENT = ROOT / "vscode-client"
 SHOTS = ROOT / "benchmarks" / "results" / "vscode-e2e"
 SAMPLE = {s.name: s for s in manifest.samples()}["rnn_hidden_chunks"]
 pytestmark = pytest.mark.skipif(shutil.which("npm") is None or os.geteuid() != 0,
                                 reason="needs npm, and root for apt (scripts/vscode_e2e_setup.sh)")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def write_notebook(path, source: str) -> int:
@@ -168,6 +162,30 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, environment)
     assert sorted(p.name for p in markers.iterdir()) == []  # the server ran none of the workspace's code
     ran = commands.read_text().splitlines()
     assert any(line.endswith("-m lsp_server") for line in ran) and not any("pip" in line for line in ran), ran
+
+
+def test_an_explained_notebook_reads_in_the_dark_theme(tmp_path):
+    """A notebook saved with an explained error, opened in VS Code's default dark theme: the
+    error output, then the explanation, whose text (code lines included: `--jp-*` fallbacks once
+    made them near-white on white) has contrast of at least 4.5:1, and whose culprit and backward
+    lines carry their text marks."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    explained_notebook(workspace / "explained.ipynb")
+    shots = SHOTS / "notebook-output"
+    shots.mkdir(parents=True, exist_ok=True)
+    with code_server(tmp_path, workspace, {"workbench.colorTheme": "Default Dark Modern"},
+                     workspace_trust=False) as (url, cache_dir):
+        report = drive(cache_dir, "output", url, workspace, shots, "explained.ipynb")
+
+    assert "vs-dark" in report["theme"].split()
+    text = report["outputs_text"]
+    error, explanation = text.find("RuntimeError: Trying to backward"), text.find("carries the graph")
+    assert 0 <= error < explanation, text
+    assert report["culprit_line"].lstrip().startswith("hidden ▶   2")
+    assert report["backward_line"].lstrip().startswith("backward ▶   5")
+    low = [c for c in report["contrast"] if c["ratio"] < 4.5]
+    assert len(report["contrast"]) >= 15 and not low, low
 
 
 def test_restricted_mode_never_launches_the_workspaces_interpreter(tmp_path):

@@ -31,8 +31,14 @@ def render_note(finding: Finding) -> str:
 
 def headline(finding: Finding) -> str:
     """`second-backward (BX001 carried-state)`: the error's kind, then the cause's code and name."""
+    *kind, cause = tags(finding)
+    return f"{kind[0]} ({cause})" if kind else cause
+
+
+def tags(finding: Finding) -> tuple[str, ...]:
+    """The error's kind (`second-backward`), if there is one, and the cause (`BX001 carried-state`)."""
     cause = f"{finding.code} {finding.cause.name}"
-    return f"{finding.kind} ({cause})" if finding.kind else cause
+    return (finding.kind, cause) if finding.kind else (cause,)
 
 
 def fix_preview(fix: Fix, context: int = 1) -> list[str]:

@@ -4,6 +4,10 @@ JSON report; saves screenshots into the output folder. Run with the e2e venv's P
     vscode_drive.py fix URL FOLDER OUT_DIR SAMPLE_NAME CULPRIT_ROW COLUMN NOTEBOOK_NAME
         open a buggy sample, read the Problems panel, apply the quick fix with Ctrl+. and read
         it again; then the same in a notebook's cell.
+    vscode_drive.py output URL FOLDER OUT_DIR NOTEBOOK_NAME
+        open a notebook saved with an explained error and report, from the notebook's output
+        webview, the outputs' text, the explanation's marked lines and the contrast of every
+        piece of its text.
     vscode_drive.py trust URL FOLDER OUT_DIR SAMPLE_NAME MARKER
         answer "No" to the workspace-trust prompt, open the sample and read its problem, and
         whether MARKER (written by the workspace's own interpreter) exists; then trust the
@@ -14,6 +18,7 @@ import os
 import sys
 import time
 
+from contrast import text_contrasts
 from playwright.sync_api import sync_playwright
 
 report = {}
@@ -103,6 +108,43 @@ def fix(url, folder, out_dir, sample, row, column, notebook) -> None:
         browser.close()
 
 
+def output(url, folder, out_dir, notebook) -> None:
+    with sync_playwright() as playwright:
+        browser, page = open_workbench(playwright, url, folder)
+        time.sleep(3)
+        open_file(page, notebook)
+        # The outputs render in the notebook's webview, an iframe inside an iframe.
+        deadline = time.time() + 120
+        while True:
+            frames = [f for f in page.frames if f.locator(".explainer").count()]
+            if frames or time.time() > deadline:
+                break
+            time.sleep(1)
+        (frame,) = frames
+        explanation = frame.locator(".explainer").first
+        # The notebook's list scrolls, not the webview: wheel it until the explanation is near
+        # the top, with a notification out of the way.
+        clear = page.locator(".notifications-toasts .codicon-notifications-clear")
+        if clear.count():
+            clear.first.click()
+        for _ in range(40):
+            box = explanation.bounding_box()
+            if box is not None and box["y"] < 200:
+                break
+            page.mouse.move(800, 500)
+            page.mouse.wheel(0, 300)
+            time.sleep(0.3)
+        time.sleep(1)
+        page.screenshot(path=f"{out_dir}/notebook-output.png")
+        report["theme"] = page.locator(".monaco-workbench").first.get_attribute("class")
+        report["outputs_text"] = frame.locator("body").inner_text()
+        lines = explanation.locator("pre").first.inner_text().splitlines()
+        report["culprit_line"] = next(line for line in lines if "out, hidden = model" in line)
+        report["backward_line"] = next(line for line in lines if "loss.backward()" in line)
+        report["contrast"] = text_contrasts(explanation)
+        browser.close()
+
+
 def trust(url, folder, out_dir, sample, marker) -> None:
     with sync_playwright() as playwright:
         browser, page = open_workbench(playwright, url, folder)
@@ -134,5 +176,5 @@ def trust(url, folder, out_dir, sample, marker) -> None:
 
 
 if __name__ == "__main__":
-    {"fix": fix, "trust": trust}[sys.argv[1]](*sys.argv[2:])
+    {"fix": fix, "output": output, "trust": trust}[sys.argv[1]](*sys.argv[2:])
     print(json.dumps(report))
