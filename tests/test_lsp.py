@@ -165,10 +165,12 @@ async def test_fix_all_in_file(client, workspace):
         range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=99, character=0)),
         context=types.CodeActionContext(diagnostics=[], trigger_kind=trigger)))
         for trigger in (types.CodeActionTriggerKind.Invoked, types.CodeActionTriggerKind.Automatic)]
-    # Per diagnostic, its fix and "Ignore ... on this line"; then the fix-all.
-    assert [a.kind for a in everything] == ["quickfix"] * 4 + [fix_all.kind]
-    assert [a.kind for a in light_bulb] == ["quickfix"] * 4
-    assert [a.title.startswith("Ignore BX") for a in light_bulb] == [False, True, False, True]
+    # Per diagnostic, its fix and "Ignore ... on this line"; then, two fixes being there, the
+    # fix-all as a quick fix too (found with Ctrl+.), and as the source action.
+    assert [a.kind for a in everything] == ["quickfix"] * 5 + [fix_all.kind]
+    assert [a.kind for a in light_bulb] == ["quickfix"] * 5
+    assert [a.title.startswith("Ignore BX") for a in light_bulb] == [False, True, False, True, False]
+    assert light_bulb[-1].title == fix_all.title and light_bulb[-1].edit == fix_all.edit
     fixed = apply_text_edits(text, fix_all.edit.changes[uri])
     change(client, uri, 2, fixed)
     assert await published(client, uri, 2) == []
@@ -315,6 +317,36 @@ async def test_fix_all_in_a_notebook_edits_the_cells_that_change(client, tmp_pat
                 document=types.VersionedTextDocumentIdentifier(uri=cell_uris[1], version=2),
                 changes=[types.TextDocumentContentChangeWholeDocument(text=fixed)])]))))
     assert await published(client, cell_uris[1], 2) == []
+
+
+async def test_fix_all_is_a_quick_fix_in_a_notebook_cell_where_two_fixes_are_there(client, tmp_path):
+    """Ctrl+. in a cell (which offers no "Source Action..."): beside the finding's own fix, the
+    fix of the whole notebook, editing both cells; with one fix only, nothing more."""
+    cells = ["import torch\nrnn = torch.nn.RNNCell(3, 4)\nhidden = torch.zeros(1, 4)\nfor step in range(3):\n"
+             "    hidden = rnn(torch.randn(1, 3), hidden)\n    hidden.sum().backward()",
+             "state = torch.zeros(1, 4)\nfor step in range(3):\n    state = rnn(torch.randn(1, 3), state)\n"
+             "    state.sum().backward()"]
+    _, cell_uris = open_notebook(client, tmp_path / "train.ipynb", cells)
+    first, second = [await published(client, u, 1) for u in cell_uris]
+    assert [d.code for d in first + second] == ["BX001", "BX001"]
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=cell_uris[1]), range=second[0].range,
+        context=types.CodeActionContext(diagnostics=second, trigger_kind=types.CodeActionTriggerKind.Invoked)))
+    quick = [a for a in actions if a.kind == types.CodeActionKind.QuickFix]
+    assert [a.title for a in quick][-1] == "Fix all backward-explainer problems in this notebook"
+    edits = quick[-1].edit.changes
+    assert sorted(edits) == sorted(cell_uris)
+    assert "hidden.detach())" in apply_text_edits(cells[0], edits[cell_uris[0]])
+    assert "state.detach())" in apply_text_edits(cells[1], edits[cell_uris[1]])
+
+    single = tmp_path / "single.py"
+    single.write_text(cells[0])
+    uri = open_file(client, single)
+    (only,) = await published(client, uri, 1)
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), range=only.range,
+        context=types.CodeActionContext(diagnostics=[only], trigger_kind=types.CodeActionTriggerKind.Invoked)))
+    assert [a.title.startswith("Fix all") for a in actions if a.kind == types.CodeActionKind.QuickFix] == [False, False]
 
 
 async def test_stress_rapid_edits_bad_requests_and_a_big_file(client, tmp_path, workspace):
