@@ -150,6 +150,14 @@ def test_diagnostic_quick_fix_and_notebook_in_code_server(tmp_path, environment)
         report = drive(cache_dir, "fix", url, workspace, shots, SAMPLE.path.name, SAMPLE.culprit_row,
                        culprit_column - 1, "truncated_bptt.ipynb")
 
+    # The language status says the server runs, with which Python and which copy of it.
+    copy = "server from the environment" if environment == "project" else "bundled server"
+    assert f"{wrapper}, {copy}" in report["language_status"], report["language_status"]
+    # One time stamp a line: the log's own (the client's "[Info  - 3:04:05 PM]" is stripped).
+    assert any("backward-explainer 0.1.0 started" in line for line in report["log"]), report["log"]
+    assert not any("[Info " in line or "[Warn " in line for line in report["log"]), report["log"]
+    # The code link opens the rule's page rendered, not its Markdown source in an editable tab.
+    assert [t for t in report["rule_tabs"] if "BX001" in t] == ["Preview BX001.md"], report["rule_tabs"]
     (problem,) = [p for p in report["problems"] if "BX001" in p]
     assert f"[Ln {SAMPLE.culprit_row}, Col {culprit_column}]" in problem and "backward-explainer" in problem
     assert report["squiggles"] >= 1

@@ -69,6 +69,48 @@ def show_problems(page) -> list[str]:
     return problems(page)
 
 
+def language_status(page, out_dir: str) -> str:
+    """The text of the language status hover (the `{}` beside the language in the status bar)."""
+    page.locator("[id='status.languageStatus']").click()
+    hover = page.locator(".monaco-hover", has_text="backward-explainer").first
+    hover.wait_for(timeout=30000)
+    time.sleep(0.5)
+    page.screenshot(path=f"{out_dir}/language-status.png")
+    text = hover.inner_text()
+    page.keyboard.press("Escape")
+    return text
+
+
+def log_lines(page, out_dir: str) -> list[str]:
+    """The extension's log, opened with its "Show Logs" command."""
+    page.keyboard.press("Control+Shift+P")
+    time.sleep(1)
+    page.keyboard.type("backward-explainer: Show Logs")
+    time.sleep(1)
+    page.keyboard.press("Enter")
+    lines = page.locator(".output-view .view-lines .view-line")
+    lines.first.wait_for(timeout=30000)
+    time.sleep(1)
+    page.screenshot(path=f"{out_dir}/log.png")
+    text = [line.replace("\xa0", " ") for line in lines.all_inner_texts()]
+    page.keyboard.press("Control+Shift+M")  # back to the Problems panel
+    time.sleep(0.5)
+    return text
+
+
+def open_rule_page(page, out_dir: str) -> list[str]:
+    """Click the code link (BX001) of the Problems row; the editor tabs' titles once the page
+    opens, then back to the sample's tab."""
+    page.locator(".markers-panel .monaco-list-row a.monaco-link", has_text="BX001").first.click()
+    page.locator(".tabs-container .tab", has_text="BX001").first.wait_for(timeout=30000)
+    time.sleep(2)
+    page.screenshot(path=f"{out_dir}/rule-page.png")
+    tabs = page.locator(".tabs-container .tab").all_inner_texts()
+    page.keyboard.press("Control+W")
+    time.sleep(0.5)
+    return [tab.strip() for tab in tabs]
+
+
 def fix(url, folder, out_dir, sample, row, column, notebook) -> None:
     with sync_playwright() as playwright:
         browser, page = open_workbench(playwright, url, folder)
@@ -77,6 +119,9 @@ def fix(url, folder, out_dir, sample, row, column, notebook) -> None:
         report["problems"] = show_problems(page)
         report["squiggles"] = page.locator(".squiggly-warning, .squiggly-error").count()
         page.screenshot(path=f"{out_dir}/diagnostic.png")
+        report["language_status"] = language_status(page, out_dir)
+        report["log"] = log_lines(page, out_dir)
+        report["rule_tabs"] = open_rule_page(page, out_dir)
 
         page.locator(".monaco-editor .view-lines").first.click()
         page.keyboard.press("Control+G")

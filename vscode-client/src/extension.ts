@@ -4,21 +4,27 @@
 import { execFile } from "node:child_process";
 import { readdirSync } from "node:fs";
 import * as vscode from "vscode";
-import { LanguageClient, LanguageClientOptions, ServerOptions } from "vscode-languageclient/node";
+import { LanguageClient, LanguageClientOptions, ServerOptions, State } from "vscode-languageclient/node";
 import {
   chooseInterpreter, importStrategy, installCommand, InterpreterChoice, needsRestart, ServerCommand, serverCommand,
   serverSettings, strategiesToTry,
 } from "./interpreter";
 import { restartOn, ServerLifecycle } from "./lifecycle";
+import { SHOW_RULE, ruleCommandLink, withRuleCommandLinks } from "./links";
+import { ClientLines } from "./log";
+import { ServerState, statusView } from "./status";
 
 const SECTION = "backwardExplainer";
 let output: vscode.LogOutputChannel;
 let extensionDirectory: string;
 let lifecycle: ServerLifecycle<LanguageClient> | undefined;
 let memory: vscode.Memento;
+let status: vscode.LanguageStatusItem;
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   output = vscode.window.createOutputChannel("backward-explainer", { log: true });
+  status = vscode.languages.createLanguageStatusItem(`${SECTION}.server`, { language: "python" });
+  status.name = "backward-explainer";
   extensionDirectory = context.extensionUri.fsPath;
   memory = context.globalState;
   const servers = new ServerLifecycle(launch, (error) => output.error(`Starting or stopping the server failed: ${error}`));
@@ -26,8 +32,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const python = await pythonExtensionApi();
   context.subscriptions.push(
     output,
+    status,
     vscode.commands.registerCommand(`${SECTION}.restart`, () => servers.restart()),
     vscode.commands.registerCommand(`${SECTION}.showLogs`, () => output.show()),
+    vscode.commands.registerCommand(SHOW_RULE, (page: string) =>
+      vscode.commands.executeCommand("markdown.showPreview", vscode.Uri.parse(page))),
     ...restartOn({
       configurationChanged: vscode.workspace.onDidChangeConfiguration,
       trustGranted: vscode.workspace.onDidGrantWorkspaceTrust,
@@ -43,6 +52,7 @@ export async function deactivate(): Promise<void> {
 
 /** A started client for the chosen interpreter, or undefined (the user has been told why). */
 async function launch(): Promise<LanguageClient | undefined> {
+  showStatus({ kind: "starting" });
   const settings = vscode.workspace.getConfiguration(SECTION);
   const choice = await chooseInterpreter(
     settings.inspect<string[]>("interpreter") ?? {},
@@ -57,10 +67,12 @@ async function launch(): Promise<LanguageClient | undefined> {
   }
   const chosen = importStrategy(settings.get("importStrategy"));
   let server: ServerCommand | undefined;
+  let bundled = false;
   for (const strategy of strategiesToTry(chosen)) {
     const candidate = serverCommand(choice, extensionDirectory, strategy, process.env);
     if (await hasServer(candidate)) {
       server = candidate;
+      bundled = strategy === "useBundled";
       output.info(`Python: ${choice.command.join(" ")} (${choice.source}), ${strategy}`);
       if (strategy !== chosen) {
         void sayBundledIsUsed(choice);
@@ -69,6 +81,7 @@ async function launch(): Promise<LanguageClient | undefined> {
     }
   }
   if (!server) {
+    showStatus({ kind: "stopped", reason: `${choice.command.join(" ")} cannot run the language server` });
     void sayPythonCannotRunIt(choice);
     return undefined;
   }
@@ -81,20 +94,82 @@ async function launch(): Promise<LanguageClient | undefined> {
       { scheme: "vscode-notebook-cell", language: "python" },
       { notebook: "jupyter-notebook", language: "python" },
     ],
-    outputChannel: output,
+    outputChannel: clientChannel(),
+    middleware: {
+      handleDiagnostics: (uri, diagnostics, next) => next(uri, diagnostics.map(withRuleCommand)),
+      provideHover: async (document, position, token, next) => {
+        const hover = await next(document, position, token);
+        if (hover) {
+          hover.contents = hover.contents.map((part) => part instanceof vscode.MarkdownString ? trustedForRules(part) : part);
+        }
+        return hover;
+      },
+    },
     initializationOptions: serverSettings((key) => settings.get(key)),
     synchronize: { configurationSection: SECTION },
   };
   const client = new LanguageClient(SECTION, "backward-explainer", serverOptions, clientOptions);
+  const running: ServerState = { kind: "running", python: choice.command.join(" "), bundled };
+  client.onDidChangeState(({ newState }) => {
+    if (newState === State.Running) {
+      showStatus(running);
+    } else if (newState === State.Stopped) {
+      showStatus({ kind: "stopped", reason: "the server stopped (see the logs)" });
+    }
+  });
   try {
     await client.start();
     return client;
   } catch (error) {
+    showStatus({ kind: "stopped", reason: "the server did not start (see the logs)" });
     output.error(`The server did not start: ${error}`);
     void vscode.window.showErrorMessage("backward-explainer: the language server did not start.", "Show Logs")
       .then((answer) => answer && output.show());
     return undefined;
   }
+}
+
+/** The diagnostic with its rule link opening the rendered page (src/links.ts). */
+function withRuleCommand(diagnostic: vscode.Diagnostic): vscode.Diagnostic {
+  const code = diagnostic.code;
+  const link = typeof code === "object" ? ruleCommandLink(code.target.toString(true)) : undefined;
+  if (typeof code === "object" && link) {
+    diagnostic.code = { value: code.value, target: vscode.Uri.parse(link) };
+  }
+  return diagnostic;
+}
+
+function trustedForRules(markdown: vscode.MarkdownString): vscode.MarkdownString {
+  const rewritten = new vscode.MarkdownString(withRuleCommandLinks(markdown.value));
+  rewritten.isTrusted = { enabledCommands: [SHOW_RULE] };
+  rewritten.supportHtml = markdown.supportHtml;
+  return rewritten;
+}
+
+function showStatus(state: ServerState): void {
+  const view = statusView(state, SECTION);
+  status.text = view.text;
+  status.detail = view.detail;
+  status.busy = view.busy;
+  status.severity = view.severity === "error" ? vscode.LanguageStatusSeverity.Error : vscode.LanguageStatusSeverity.Information;
+  status.command = view.command;
+}
+
+/** The channel the language client writes to: its lines go to the log without the client's own
+ * time and level prefix, which the log adds itself (src/log.ts). */
+function clientChannel(): vscode.OutputChannel {
+  const lines = new ClientLines((level, message) => output[level](message));
+  return {
+    name: output.name,
+    append: (text) => lines.append(text),
+    appendLine: (line) => lines.appendLine(line),
+    replace: (text) => output.replace(text),
+    clear: () => output.clear(),
+    show: (column?: vscode.ViewColumn | boolean, preserveFocus?: boolean) =>
+      output.show(typeof column === "boolean" ? column : preserveFocus),
+    hide: () => output.hide(),
+    dispose: () => undefined, // the log is the extension's, disposed of with it
+  };
 }
 
 /** Whether the interpreter can import the server (a quick `python -c`, nothing of the workspace). */
