@@ -4,7 +4,8 @@ A buggy sample `NAME.py` declares `# expect-kind: KIND` and `# expect-culprit: N
 the culprit line with a trailing `# culprit`; its fixed twin is `NAME_fixed.py`, and any
 `NAME_fixed_WHY.py` is a second fix that is just as right. Where the culprit autograd names
 differs on a GPU, `# expect-culprit-cuda: NAME` says what it is there. `samples()` are the
-scenarios written here; `real_cases()` those reconstructed from public reports (samples/real/).
+scenarios written here; `real_cases()` those reconstructed from public reports (samples/real/);
+`library_cases()` training code run by libraries (accelerate, Lightning) (samples/libraries/).
 Used by samples/validate.py and the test suite.
 """
 from __future__ import annotations
@@ -69,3 +70,9 @@ def samples() -> list[Sample]:
 def real_cases() -> list[Sample]:
     """Cases reconstructed from public code and reports, in samples/real/."""
     return _scripts(HERE / "real")
+
+
+def library_cases() -> list[Sample]:
+    """Training code run by libraries (accelerate, Lightning), in samples/libraries/: their frames
+    are never the user's."""
+    return _scripts(HERE / "libraries")

@@ -2,7 +2,8 @@
 
     python samples/validate.py --device cpu|cuda [--write-readme] [--jobs N]
 
-For each buggy sample (the scenarios beside this file and the real-world cases in real/): the
+For each buggy sample (the scenarios beside this file, the real-world cases in real/ and the
+cases run by libraries in libraries/): the
 explained kind, culprit and line against the sample's header; whether `fixes[0]` is offered as
 safe, whether applying it makes the script run clean, and whether the fixed script then trains what its twin trains (every
 parameter of every module and optimizer, same seed, within float tolerance; see trained.py); for
@@ -122,7 +123,7 @@ def main() -> int:
                   file=sys.stderr, flush=True)
             return row
 
-        rows = list(pool.map(check_and_report, manifest.samples() + manifest.real_cases()))
+        rows = list(pool.map(check_and_report, manifest.samples() + manifest.real_cases() + manifest.library_cases()))
     rendered = table(rows)
     print(rendered)
     if options.write_readme:

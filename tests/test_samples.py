@@ -1,4 +1,4 @@
-"""Every sample, ours and the real-world cases, through `python -m explainer run --json`: the right
+"""Every sample, ours, the real-world cases and those run by libraries, through `python -m explainer run --json`: the right
 kind, culprit and line, and `fixes[0]` applied to the script makes it run clean and train what
 its twin trains. Fixed twins and clean scripts give nothing."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from conftest import Run, run_explainer
 from explainer.fixes.edits import apply_edits
 from explainer.model import Finding, Fix
 
-EVERY = manifest.samples() + manifest.real_cases()
+EVERY = manifest.samples() + manifest.real_cases() + manifest.library_cases()
 BUGGY = [s for s in EVERY if s.kind != "none"]
 CLEAN = [s for s in EVERY if s.kind == "none"]
 TWINS = [s for s in EVERY if s.fixed is not None]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from . import journal
-from .records import INTERNAL, PACKAGE_DIR, BackwardCall, LoadCall, StepCall, outside_internal
+from .records import PACKAGE_DIR, BackwardCall, LoadCall, StepCall, is_library_file, outside_libraries
 
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
 # While torch.compile traces, the hooks step aside: dynamo would otherwise trace into them, fail
@@ -135,7 +135,7 @@ def hooked({parameters}):
     caller = getframe(1)
     code = caller.f_code
     if code is not user_code[0]:
-        if code.co_filename.startswith(internal):
+        if library(code.co_filename):
             caller = user_frame(caller)
             code = caller.f_code if caller is not None else None
         else:
@@ -162,7 +162,7 @@ def hooked({parameters}):
 # Names the template binds itself: a parameter of the same name would shadow them.
 _TEMPLATE_NAMES = {
     "dynamo_tracing", "compiler", "state", "caller", "code", "user_code", "create", "retain", "call", "calls",
-    "error", "original", "per_thread", "getframe", "internal", "user_frame", "ticks", "peek", "kind",
+    "error", "original", "per_thread", "getframe", "library", "user_frame", "ticks", "peek", "kind",
     "check_growth", "explain_into",
 }
 
@@ -227,7 +227,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
         raise UnsupportedTorch(f"{original.__qualname__} has parameters named {sorted(clashes)}")
     namespace = {
         "original": original, "per_thread": _local, "getframe": sys._getframe,
-        "internal": INTERNAL, "user_code": _last_user_code, "user_frame": outside_internal, "ticks": _ticks,
+        "library": is_library_file, "user_code": _last_user_code, "user_frame": outside_libraries, "ticks": _ticks,
         "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth,
         "explain_into": _explain_into, "dynamo_tracing": _dynamo_tracing, "compiler": _compiler,
     }
@@ -272,9 +272,9 @@ def _on_step(optimizer, args, kwargs) -> None:
     caller = sys._getframe(depth) if depth else None
     code = caller.f_code if caller is not None else None
     if code is None or code is not _last_user_code[0]:
-        if code is None or code.co_filename.startswith(INTERNAL):
+        if code is None or is_library_file(code.co_filename):
             caller, depth = sys._getframe(1), 1
-            while caller is not None and caller.f_code.co_filename.startswith(INTERNAL):
+            while caller is not None and is_library_file(caller.f_code.co_filename):
                 caller, depth = caller.f_back, depth + 1
             _step_depth[type(optimizer)] = depth
             code = caller.f_code if caller is not None else None
@@ -293,7 +293,7 @@ def _recording_loads(original):
     def load_state_dict(self, *args, **kwargs):
         __tracebackhide__ = True
         if not (_dynamo_tracing() or _compiler._is_compiling_flag):
-            caller = outside_internal(sys._getframe(1))
+            caller = outside_libraries(sys._getframe(1))
             _loads.append((next(_ticks), _peek_sequence_nr(), weakref.ref(self),
                            caller.f_code if caller is not None else None, caller.f_lasti if caller is not None else 0))
         return original(self, *args, **kwargs)

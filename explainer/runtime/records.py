@@ -21,9 +21,26 @@ def _torch_dir() -> str:
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 TORCH_DIR = _torch_dir()
-# Frames of these files are torch's or ours, never the user's.
-INTERNAL = (TORCH_DIR, PACKAGE_DIR)
-_STDLIB_PREFIXES = tuple({p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p})
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """The standard library's folders and every installed packages' folder (site-packages,
+    Debian's dist-packages, the user's site)."""
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else ())
+    dirs.add(site.getusersitepackages() if hasattr(site, "getusersitepackages") else "")
+    return tuple(sorted(os.path.join(d, "") for d in dirs if d))
+
+
+# Frames of these files are library code, never the user's: torch's, ours, the standard
+# library's and every installed package's (accelerate's `backward`, Lightning's loops). The
+# hooks record the user's frame nearest the call instead, and the analysis searches and cites
+# only the user's frames.
+LIBRARY = (TORCH_DIR, PACKAGE_DIR, *_library_dirs())
 _FRONT_END_MODULES = ("IPython.", "ipykernel.", "runpy", "explainer.")
 
 
@@ -67,27 +84,28 @@ class LoadCall(NamedTuple):
     column: int | None = None  # as BackwardCall's
 
 
-def is_internal_file(filename: str) -> bool:
-    """Torch's or this package's own source."""
-    return filename.startswith(INTERNAL)
+def is_library_file(filename: str) -> bool:
+    """Library code (LIBRARY), a frozen module's, or an installed package's wherever it lies."""
+    return filename.startswith(LIBRARY) or filename.startswith("<frozen") or _INSTALLED in filename \
+        or _DEBIAN_INSTALLED in filename
 
 
-def outside_internal(frame):
-    """The first frame outside torch and this package, going outwards (the hooks' caller)."""
-    while frame is not None and frame.f_code.co_filename.startswith(INTERNAL):
+_INSTALLED = f"{os.sep}site-packages{os.sep}"
+_DEBIAN_INSTALLED = f"{os.sep}dist-packages{os.sep}"
+
+
+def outside_libraries(frame):
+    """The first frame of the user's code, going outwards (the hooks' caller): the user's
+    `accelerator.backward(loss)`, not accelerate's `loss.backward()` inside it."""
+    while frame is not None and is_library_file(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
 
 def is_user_frame(frame) -> bool:
-    """Code the user wrote: not torch's, ours, the standard library's, a compiled extension's or a
-    front-end's (IPython, runpy)."""
-    filename = frame.f_code.co_filename
-    if is_internal_file(filename) or filename.startswith("<frozen"):
-        return False
-    if filename.startswith(_STDLIB_PREFIXES) and "site-packages" not in filename:
-        return False
-    if "site-packages" in filename and not filename.endswith(".py"):
+    """Code the user wrote: not a library's (torch's, ours, the standard library's, an
+    installed package's) or a front-end's (IPython, runpy)."""
+    if is_library_file(frame.f_code.co_filename):
         return False
     return not frame.f_globals.get("__name__", "").startswith(_FRONT_END_MODULES)
 
