@@ -16,6 +16,7 @@ from _device import DEVICE
 from conftest import Run, run_explainer
 from explainer.fixes.edits import apply_edits
 from explainer.model import Finding, Fix
+from explainer.runtime.records import is_library_file
 
 EVERY = manifest.samples() + manifest.real_cases() + manifest.library_cases()
 BUGGY = [s for s in EVERY if s.kind != "none"]
@@ -75,6 +76,10 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
     assert culprit["name"] == sample.culprit_on(DEVICE.type)
     assert culprit["location"]["row"] == sample.culprit_row
     assert culprit["filename"] == str(sample.path)
+    # Every line it cites is the user's: none of a library's (accelerate's or Lightning's own
+    # backward call, loops and optimizer wrappers).
+    cited = [finding["backward"], finding["freed_by"], *finding["steps"], *finding["culprits"]]
+    assert not [c for c in cited if c and is_library_file(c["filename"])], cited
     assert "[explainer]" in run.stderr
     # The JSON is the Finding, whole: an editor reading it back gets the same facts and sentences.
     assert Finding.from_json(finding).to_json() == finding
