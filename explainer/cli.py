@@ -20,10 +20,14 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run", help="run a script with the explainer installed",
-        description="Run SCRIPT as `python SCRIPT ARGS...` would, with the explainer installed.",
+        usage="python -m explainer run [-h] [--json OUT] (SCRIPT | -m MODULE) [ARGS ...]",
+        description="Run SCRIPT as `python SCRIPT ARGS...` would (or MODULE as `python -m MODULE ARGS...`), "
+                    "with the explainer installed.",
     )
     run.add_argument("--json", metavar="OUT", help="write the findings as JSON to OUT (always written)")
-    run.add_argument("script", metavar="SCRIPT")
+    run.add_argument("-m", dest="module", metavar="MODULE",
+                     help="run a module as `python -m` does; what follows it are its arguments")
+    run.add_argument("script", metavar="SCRIPT", nargs="?")
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
     check = commands.add_parser(
         "check", help="find graph-history bugs in source, without running it",
@@ -58,8 +62,17 @@ def _codes(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    options = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    module_at = _module_flag(argv)
+    if module_at is not None:
+        # As python's own `-m`: everything after MODULE is the module's, options included.
+        options = _parser().parse_args(argv[:module_at + 2])
+        return run_module(options.module, argv[module_at + 2:], options.json)
+    parser = _parser()
+    options = parser.parse_args(argv)
     if options.command == "run":
+        if options.script is None:
+            parser.error("run needs SCRIPT or -m MODULE")
         return run(options.script, options.args, options.json)
     if options.command == "check":
         return check(options.paths, options.format, options.select, options.ignore, options.fix,
@@ -116,7 +129,25 @@ def show_rule(code: str) -> int:
     return 0
 
 
+def _module_flag(argv: list[str]) -> int | None:
+    """The index of `-m` in `run [--json OUT] -m MODULE ...`, or None."""
+    if not argv or argv[0] != "run":
+        return None
+    i = 1
+    while i < len(argv):
+        if argv[i] == "-m":
+            return i if i + 1 < len(argv) else None
+        if argv[i] == "--json":
+            i += 2
+        elif argv[i].startswith("--json="):
+            i += 1
+        else:
+            return None
+    return None
+
+
 def run(script: str, args: list[str], json_out: str | None) -> int:
+    """`python SCRIPT ARGS`, with the explainer installed."""
     problem = _unwritable(json_out)
     if problem is not None:  # said before the script runs: a long training must not end in this
         print(f"explainer: can't write --json {json_out!r}: {problem}", file=sys.stderr)
@@ -125,15 +156,91 @@ def run(script: str, args: list[str], json_out: str | None) -> int:
         print(f"explainer: can't open file {script!r}: no such file", file=sys.stderr)
         _write_json(json_out, [])
         return 2
-    from . import notes
-    from .runtime import journal, lazy
-
-    lazy.install_when_torch_is_imported(notes.install_or_say_why_not)
+    launcher = _launcher(script)
+    if launcher is not None:
+        print(launcher, file=sys.stderr)
+        _write_json(json_out, [])
+        return 2
+    _install()
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
+    return _run_main(lambda: runpy.run_path(script, run_name="__main__"), os.path.abspath(script), json_out)
+
+
+def run_module(module: str, args: list[str], json_out: str | None) -> int:
+    """`python -m MODULE ARGS`, with the explainer installed: the current folder first on
+    sys.path, sys.argv[0] the module's file, a package run through its `__main__`."""
+    problem = _unwritable(json_out)
+    if problem is not None:
+        print(f"explainer: can't write --json {json_out!r}: {problem}", file=sys.stderr)
+        return 2
+    _install()
+    sys.path[0] = os.getcwd()
+    path = _module_file(module)
+    if path is None:
+        print(f"explainer: no module named {module!r} (from {os.getcwd()})", file=sys.stderr)
+        _write_json(json_out, [])
+        return 1
+    sys.argv = [path, *args]
+    return _run_main(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True), path, json_out)
+
+
+def _module_file(module: str) -> str | None:
+    """The file `python -m MODULE` runs (a package's `__main__`), or None where there is none.
+    Finding it imports MODULE's parent packages, as python does."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(f"{module}.__main__")
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.origin and os.path.isfile(spec.origin) else None
+
+
+# Console-script launchers that start the training in other processes, and how to reach them.
+_LAUNCHERS = {
+    "torch.distributed.run": "torchrun [its options] -m explainer run SCRIPT [ARGS]",
+    "accelerate.commands.launch": "accelerate launch [its options] -m explainer run SCRIPT [ARGS]",
+    "accelerate.commands.accelerate_cli": "accelerate launch [its options] -m explainer run SCRIPT [ARGS]",
+}
+
+
+def _launcher(script: str) -> str | None:
+    """What to say when SCRIPT is a launcher pip made (`torchrun`, `accelerate`): the workers it
+    starts are new processes this run never reaches, so it would explain nothing."""
+    import re
+
+    try:
+        with open(script, "rb") as handle:
+            head = handle.read(2048).decode("utf-8", "replace")
+    except OSError:
+        return None
+    made = re.search(r"^from ([\w.]+) import \w+\s*$", head, re.M)
+    if made is None or "sys.exit(" not in head or len(head.splitlines()) > 12:
+        return None
+    instead = _LAUNCHERS.get(made.group(1), f"put `-m explainer run` where {os.path.basename(script)} names your "
+                                            "script, or call explainer.install() at the top of it")
+    return (f"explainer: {os.path.basename(script)} is a launcher ({made.group(1)}): the training it starts runs "
+            f"in other processes, which this run does not reach. Instead: {instead}")
+
+
+def _install() -> None:
+    """The hooks, as soon as the user's code imports torch (before anything of it runs)."""
+    from . import notes
+    from .runtime import lazy
+
+    lazy.install_when_torch_is_imported(notes.install_or_say_why_not)
+
+
+def _run_main(execute, path: str, json_out: str | None) -> int:
+    """Run the script or module as __main__; report, write --json and hand off its findings."""
+    from .runtime import journal
+
     code, error = 0, None
     try:
-        runpy.run_path(script, run_name="__main__")
+        execute()
     except SystemExit as exit_:
         code = _exit_code(exit_.code)
     except BaseException as uncaught:  # noqa: BLE001 (reported exactly as Python would)
@@ -151,7 +258,7 @@ def run(script: str, args: list[str], json_out: str | None) -> int:
     _write_json(json_out, findings)
     from . import handoff
 
-    handoff.publish(os.path.abspath(script), findings, where=os.path.dirname(os.path.abspath(script)))
+    handoff.publish(path, findings, where=os.path.dirname(path))
     return code
 
 

@@ -146,3 +146,100 @@ def test_importing_the_package_does_not_import_torch():
     proc = subprocess.run([sys.executable, "-c", "import sys, explainer; print('torch' in sys.modules)"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.stdout == "False\n", proc.stderr
+
+
+def _explainer(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "explainer", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+MODULE_TRAIN = """
+    import sys
+    import torch
+    print(__name__, sys.argv, sys.path[0])
+    rnn = torch.nn.RNNCell(3, 4)
+    hidden = torch.zeros(1, 4)
+    for step in range(3):
+        hidden = rnn(torch.randn(1, 3), hidden)
+        hidden.sum().backward()
+"""
+
+
+def test_a_module_runs_as_python_dash_m_runs_it_and_is_explained(tmp_path):
+    """`explainer run -m src.train ARGS` as `python -m src.train ARGS`: __main__, argv[0] the
+    module's file, the current folder first on sys.path, everything after MODULE its arguments
+    (options included); the finding names the module's file."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "__init__.py").write_text("")
+    train = write(tmp_path / "src", "train.py", MODULE_TRAIN)
+    out = tmp_path / "out.json"
+    run = _explainer("run", "--json", str(out), "-m", "src.train", "--lr", "3", "-m", "x", cwd=tmp_path)
+    plain = subprocess.run([sys.executable, "-m", "src.train", "--lr", "3", "-m", "x"], capture_output=True,
+                           text=True, cwd=tmp_path)
+    assert run.stdout == plain.stdout == f"__main__ {[str(train), '--lr', '3', '-m', 'x']} {tmp_path}\n"
+    assert run.returncode == plain.returncode == 1
+    (finding,) = json.loads(out.read_text())["findings"]
+    assert finding["culprits"][0]["name"] == "hidden" and finding["culprits"][0]["filename"] == str(train)
+    assert finding["culprits"][0]["location"]["row"] == 8
+
+    # A package, through its __main__, as python runs it.
+    write(tmp_path / "src", "__main__.py", MODULE_TRAIN)
+    package = _explainer("run", "-m", "src", cwd=tmp_path)
+    assert package.returncode == 1 and "[explainer]" in package.stderr and "__main__.py" in package.stdout
+
+
+def test_a_missing_module_is_one_line_like_python(tmp_path):
+    out = tmp_path / "out.json"
+    run = _explainer("run", "--json", str(out), "-m", "no_such_module", cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr == f"explainer: no module named 'no_such_module' (from {tmp_path})\n"
+    assert json.loads(out.read_text()) == {"version": 1, "findings": []}
+
+
+def test_a_launcher_says_what_to_run_instead(tmp_path):
+    """`explainer run $(which torchrun) ...` once ran torchrun, whose workers are new processes
+    the explainer never reaches, and explained nothing. The launcher pip made is recognised, and
+    nothing runs."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    assert os.path.isfile(torchrun)
+    marker = tmp_path / "ran"
+    train = write(tmp_path, "train.py", f"open({str(marker)!r}, 'w')\n")
+    run = _explainer("run", torchrun, "--nproc-per-node", "1", str(train), cwd=tmp_path)
+    assert run.returncode == 2 and not marker.exists()
+    assert run.stderr == ("explainer: torchrun is a launcher (torch.distributed.run): the training it starts runs in "
+                          "other processes, which this run does not reach. Instead: torchrun [its options] -m "
+                          "explainer run SCRIPT [ARGS]\n")
+
+
+def test_run_needs_a_script_or_a_module(tmp_path):
+    run = _explainer("run", cwd=tmp_path)
+    assert run.returncode == 2 and run.stderr.splitlines()[-1].endswith("error: run needs SCRIPT or -m MODULE")
+
+
+def test_the_torchrun_recipe_explains_each_rank(tmp_path):
+    """The documented recipe, with two gloo processes: `torchrun ... -m explainer run SCRIPT`."""
+    train = write(tmp_path, "ddp_train.py", """
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.GRU(3, 4, batch_first=True))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        hidden = torch.zeros(1, 2, 4)
+        for step in range(3):
+            out, hidden = model(torch.randn(2, 5, 3), hidden)
+            loss = out.pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """)
+    out = tmp_path / "out.json"
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    run = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "explainer", "run", "--json",
+                          str(out), str(train)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 1
+    for rank in (0, 1):
+        assert f"[rank{rank}]: [explainer] second-backward (BX001 carried-state): `hidden` carries" in run.stderr
+    (finding,) = json.loads(out.read_text())["findings"]
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("hidden", 10)
