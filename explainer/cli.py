@@ -164,7 +164,32 @@ def run(script: str, args: list[str], json_out: str | None) -> int:
     _install()
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    return _run_main(lambda: runpy.run_path(script, run_name="__main__"), os.path.abspath(script), json_out)
+    path = os.path.abspath(script)
+    return _run_main(lambda: _run_as_main(path), path, json_out)
+
+
+def _run_as_main(path: str) -> None:
+    """Run the file as python runs a script: in a fresh `__main__` module whose globals are the
+    ones python gives it (`__file__` absolute, the builtins module, a SourceFileLoader,
+    `__package__` None), its code compiled under its absolute name, so tracebacks read the same."""
+    import builtins
+    import importlib.machinery
+    import types
+
+    with open(path, "rb") as handle:
+        code = compile(handle.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __builtins__=builtins,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+    if sys.version_info < (3, 14):  # annotations became lazy (PEP 649): 3.14 makes no dict up front
+        main.__dict__["__annotations__"] = {}
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # pickling the script's classes (DataLoader workers) finds them
+    try:
+        exec(code, main.__dict__)  # noqa: S102 - running the user's script is this command's job
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def run_module(module: str, args: list[str], json_out: str | None) -> int:
@@ -254,12 +279,27 @@ def _run_main(execute, path: str, json_out: str | None) -> int:
     explained = journal.finding_for(error)
     if explained is not None:
         findings.append(explained)
+    interrupted = isinstance(error, KeyboardInterrupt)
     error = None
     _write_json(json_out, findings)
     from . import handoff
 
     handoff.publish(path, findings, where=os.path.dirname(path))
+    if interrupted:
+        _die_of_sigint()
     return code
+
+
+def _die_of_sigint() -> None:
+    """What python does after Ctrl-C's traceback: end by SIGINT itself, so the shell sees 130
+    and a calling script stops too."""
+    import signal
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if hasattr(signal, "SIGINT") and hasattr(os, "kill"):
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _exit_code(value) -> int:

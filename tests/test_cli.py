@@ -243,3 +243,43 @@ def test_the_torchrun_recipe_explains_each_rank(tmp_path):
         assert f"[rank{rank}]: [explainer] second-backward (BX001 carried-state): `hidden` carries" in run.stderr
     (finding,) = json.loads(out.read_text())["findings"]
     assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("hidden", 10)
+
+
+def test_a_script_gets_the_globals_python_gives_it(tmp_path):
+    """Run by a relative path: `__file__` absolute (python sets it so since 3.9; `chdir` then
+    `dirname(__file__)` broke), the builtins module, a SourceFileLoader, `__package__` None; and
+    the traceback names the file as python does."""
+    write(tmp_path, "show.py", """
+        import sys
+        g = globals()
+        print(repr(__file__), type(__builtins__).__name__, type(g.get("__loader__")).__name__,
+              repr(g.get("__package__")), repr(g.get("__spec__")), sorted(k for k in g if k.startswith("__")),
+              sys.modules["__main__"].__dict__ is g, sys.argv[0])
+        raise ValueError("at the end")
+    """)
+    ours = _explainer("run", "show.py", cwd=tmp_path)
+    python = subprocess.run([sys.executable, "show.py"], capture_output=True, text=True, cwd=tmp_path)
+    assert (ours.returncode, ours.stdout, ours.stderr) == (python.returncode, python.stdout, python.stderr)
+    assert f"'{tmp_path / 'show.py'}' module SourceFileLoader None None" in ours.stdout
+
+
+def test_ctrl_c_ends_like_python_with_130_and_still_writes_the_json(tmp_path):
+    write(tmp_path, "interrupted.py", """
+        import os, signal, time
+        print("started", flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)
+    """)
+    out = tmp_path / "out.json"
+    ours = _explainer("run", "--json", str(out), "interrupted.py", cwd=tmp_path)
+    python = subprocess.run([sys.executable, "interrupted.py"], capture_output=True, text=True, cwd=tmp_path)
+    assert ours.returncode == python.returncode == -2  # killed by SIGINT: a shell says 130
+    assert (ours.stdout, ours.stderr) == (python.stdout, python.stderr)
+    assert json.loads(out.read_text()) == {"version": 1, "findings": []}
+
+
+def test_a_syntax_error_reads_as_pythons(tmp_path):
+    write(tmp_path, "broken.py", "x = (1,\nprint(x\n")
+    ours = _explainer("run", "broken.py", cwd=tmp_path)
+    python = subprocess.run([sys.executable, "broken.py"], capture_output=True, text=True, cwd=tmp_path)
+    assert (ours.returncode, ours.stdout, ours.stderr) == (python.returncode, python.stdout, python.stderr)
