@@ -261,9 +261,19 @@ def _install() -> None:
 
 def _run_main(execute, path: str, json_out: str | None) -> int:
     """Run the script or module as __main__; report, write --json and hand off its findings."""
+    import threading
+
     from .runtime import journal
 
     code, error = 0, None
+    died_in_threads: list[BaseException] = []
+    thread_hook = threading.excepthook
+
+    def remember(args) -> None:
+        died_in_threads.append(args.exc_value)
+        thread_hook(args)
+
+    threading.excepthook = remember
     try:
         execute()
     except SystemExit as exit_:
@@ -274,13 +284,18 @@ def _run_main(execute, path: str, json_out: str | None) -> int:
         _strip_own_frames(uncaught)
         sys.excepthook(type(uncaught), uncaught, uncaught.__traceback__)
     finally:
+        threading.excepthook = thread_hook
         sys.stdout.flush()
-    findings = journal.warnings()
-    explained = journal.finding_for(error)
-    if explained is not None:
-        findings.append(explained)
+    # The error that ended the script, or one a thread died of; else, when the script ended
+    # badly another way (it caught the error and called sys.exit(1), as Hydra does), the error
+    # explained last.
+    errors = [f for f in (journal.finding_for(e) for e in (error, *died_in_threads)) if f is not None]
+    if not errors and code != 0 and journal.last_error() is not None:
+        errors = [journal.last_error()]
+    findings = journal.warnings() + [f for i, f in enumerate(errors) if f not in errors[:i]]
     interrupted = isinstance(error, KeyboardInterrupt)
     error = None
+    died_in_threads.clear()
     _write_json(json_out, findings)
     from . import handoff
 

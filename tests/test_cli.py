@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -283,3 +285,52 @@ def test_a_syntax_error_reads_as_pythons(tmp_path):
     ours = _explainer("run", "broken.py", cwd=tmp_path)
     python = subprocess.run([sys.executable, "broken.py"], capture_output=True, text=True, cwd=tmp_path)
     assert (ours.returncode, ours.stdout, ours.stderr) == (python.returncode, python.stdout, python.stderr)
+
+
+CARRIED = """
+    import torch
+    rnn = torch.nn.RNNCell(3, 4)
+
+    def train():
+        hidden = torch.zeros(1, 4)
+        for step in range(3):
+            hidden = rnn(torch.randn(1, 3), hidden)
+            hidden.sum().backward()
+"""
+
+
+ENDINGS = {
+    "sys.exit after catching it, as Hydra does": (
+        "import sys\ntry:\n    train()\nexcept RuntimeError as error:\n    print('failed:', type(error).__name__)\n"
+        "    sys.exit(1)\n", 1),
+    "re-raised as another error": (
+        "class TrainingFailed(Exception):\n    pass\ntry:\n    train()\nexcept RuntimeError as error:\n"
+        "    raise TrainingFailed('step failed') from error\n", 1),
+    "inside an ExceptionGroup": (
+        "try:\n    train()\nexcept RuntimeError as error:\n    raise ExceptionGroup('workers failed', [error])\n", 1),
+    "in a thread, the script ending well": (
+        "import threading\nworker = threading.Thread(target=train)\nworker.start()\nworker.join()\n", 0),
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS.values()), ids=list(ENDINGS))
+def test_the_finding_is_recorded_however_the_script_ends(tmp_path, ending):
+    """The JSON (and the editor) get the finding of an explained error that did not end the
+    script itself."""
+    tail, returncode = ending
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(CARRIED) + tail)
+    out = tmp_path / "out.json"
+    run = _explainer("run", "--json", str(out), str(script), cwd=tmp_path)
+    assert run.returncode == returncode, run.stderr
+    (finding,) = json.loads(out.read_text())["findings"]
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("hidden", 8)
+
+
+def test_an_error_caught_and_recovered_from_is_not_reported(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(CARRIED) + "try:\n    train()\nexcept RuntimeError:\n    print('skipped')\n")
+    out = tmp_path / "out.json"
+    run = _explainer("run", "--json", str(out), str(script), cwd=tmp_path)
+    assert (run.returncode, run.stdout) == (0, "skipped\n")
+    assert json.loads(out.read_text())["findings"] == []

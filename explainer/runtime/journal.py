@@ -18,12 +18,16 @@ _warned_at: dict[int, Finding] = {}  # backward call tick -> the warning given b
 _last: list[Finding] = []
 
 
+_last_error: list[Finding] = []
+
+
 def record_error(error: BaseException, finding: Finding) -> None:
     with _lock:
         _by_error[id(error)] = finding
         while len(_by_error) > _MAX:
             _by_error.popitem(last=False)
         _last[:] = [finding]
+        _last_error[:] = [finding]
 
 
 def record_warning(finding: Finding, tick: int | None = None) -> None:
@@ -50,16 +54,28 @@ def retract_warning(finding: Finding) -> None:
 
 
 def finding_for(error: BaseException | None) -> Finding | None:
-    """The finding explained for this exception (or one it was chained from)."""
+    """The finding explained for this exception, one it was chained from, or one inside it
+    (an ExceptionGroup's, depth first)."""
     seen = set()
-    while error is not None and id(error) not in seen:
+    pending = [error]
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
         seen.add(id(error))
         with _lock:
             finding = _by_error.get(id(error))
         if finding is not None:
             return finding
-        error = error.__cause__ or error.__context__
+        pending.append(error.__cause__ or error.__context__)
+        pending.extend(reversed(getattr(error, "exceptions", ())))
     return None
+
+
+def last_error() -> Finding | None:
+    """The finding of the error explained last (a script may catch it and exit another way)."""
+    with _lock:
+        return _last_error[0] if _last_error else None
 
 
 def warnings() -> list[Finding]:
@@ -78,3 +94,4 @@ def clear() -> None:
         _warnings.clear()
         _warned_at.clear()
         _last.clear()
+        _last_error.clear()
