@@ -24,7 +24,7 @@ def explain(error: BaseException) -> Finding | None:
             return None
         innermost = frames[0]
         filename, row = innermost.f_code.co_filename, innermost.f_lineno
-        roots = _roots_from_source(innermost, filename, row)
+        roots = _roots_from_torch(error.__traceback__) or _roots_from_source(innermost, filename, row)
         call = BackwardCall(0, 0, (), filename, row, False, False, "backward")
         finding = analysis.explain(error, call, roots, frames, (), ())
         if finding is not None:
@@ -36,17 +36,41 @@ def explain(error: BaseException) -> Finding | None:
         frames.clear()
 
 
+def _roots_from_torch(tb) -> list:
+    """The tensors the failing call back-propagated from, as torch's own `backward` or `grad`
+    frame in the traceback holds them (`self`, `tensors`, `outputs`): exact, and there however
+    the user's code reached it (`accelerator.backward(loss)`, Lightning's loops)."""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename.startswith(records.TORCH_DIR) and frame.f_code.co_name in ("backward", "grad"):
+            for name in ("self", "tensors", "outputs"):
+                value = frame.f_locals.get(name)
+                values = [value] if isinstance(value, torch.Tensor) else \
+                    list(value) if isinstance(value, (list, tuple)) else []
+                if values and all(isinstance(v, torch.Tensor) for v in values):
+                    return values
+        tb = tb.tb_next
+    return []
+
+
 def _roots_from_source(frame, filename: str, row: int) -> list:
     """The tensor the failing statement called backward on, looked up (never evaluated)."""
     source = src.load(filename)
     if source is None:
         return []
     stmt = src.innermost_statement(source.tree, row)
-    receiver = src.call_receiver(stmt, "backward") if stmt is not None else None
-    if receiver is None:
+    if stmt is None:
         return []
-    value = _lookup(receiver, frame)
-    return [value] if isinstance(value, torch.Tensor) else []
+    for call in src.calls_named(stmt, "backward", "manual_backward"):
+        # `loss.backward()`; or a library's wrapper, whose frames are not the user's:
+        # `accelerator.backward(loss)`, Lightning's `self.manual_backward(loss)`.
+        candidates = [call.func.value] if isinstance(call.func, ast.Attribute) else []
+        candidates += call.args[:1]
+        for candidate in candidates:
+            value = _lookup(candidate, frame)
+            if isinstance(value, torch.Tensor):
+                return [value]
+    return []
 
 
 def _lookup(node: ast.expr, frame):

@@ -1,0 +1,81 @@
+"""Post-mortem against hooked: how often `explainer.explain(err)`, called after the error with no
+hook installed (a user who meets the error first, then loads the tool), says what the hooked run
+says: the same kind, culprit and line, for every buggy sample (ours, samples/real/,
+samples/libraries/). Graph-growth samples raise nothing, so they are left out.
+
+    .venv/bin/python benchmarks/postmortem.py [--json OUT]
+
+Each sample runs in its own process, without hooks; prints one line per sample, then the
+agreement, and its JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "samples"))
+
+import manifest  # noqa: E402
+
+# Run in the sample's process: the script as __main__ with its folder first on sys.path, then
+# the explanation of what it raised. Only the finding's facts come back.
+_CHILD = """
+import json, os, runpy, sys
+script = sys.argv[1]
+sys.path.insert(0, os.path.dirname(script))
+sys.argv = [script]
+import explainer
+out = {"raised": None}
+try:
+    runpy.run_path(script, run_name="__main__")
+except Exception as error:
+    out["raised"] = type(error).__name__
+    finding = explainer.explain(error)
+    if finding is not None:
+        culprit = finding.culprits[0] if finding.culprits else None
+        out.update(kind=finding.kind, code=finding.code, culprit=culprit and culprit.name,
+                   row=culprit and culprit.location.row)
+print(json.dumps(out))
+"""
+
+
+def explain_after(sample: manifest.Sample) -> dict:
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(sample.path)], capture_output=True, text=True,
+                          cwd=sample.path.parent, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "EXPLAINER_SAMPLE_DEVICE": "cpu"})
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {"crashed": proc.stderr.strip().splitlines()[-1:]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="OUT")
+    options = parser.parse_args()
+    rows = []
+    for sample in manifest.samples() + manifest.real_cases() + manifest.library_cases():
+        if sample.kind in ("none", "graph-growth"):
+            continue
+        got = explain_after(sample)
+        expected = {"kind": sample.kind, "culprit": sample.culprit, "row": sample.culprit_row}
+        same = all(got.get(k) == v for k, v in expected.items())
+        rows.append({"sample": sample.name, "same": same, "expected": expected, "post_mortem": got})
+        print(f"{'same' if same else 'DIFF'} {sample.name}" + ("" if same else f"  {got}"), file=sys.stderr,
+              flush=True)
+    agreed = sum(r["same"] for r in rows)
+    ours = [r for r in rows if "/" not in r["sample"]]
+    summary = {"agreement": round(agreed / len(rows), 3), "same": agreed, "samples": len(rows),
+               "ours": f"{sum(r['same'] for r in ours)}/{len(ours)}", "rows": rows}
+    print(f"post-mortem says what the hooked run says on {agreed} of {len(rows)} buggy samples "
+          f"({summary['agreement']:.0%}); ours {summary['ours']}")
+    if options.json:
+        Path(options.json).write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
