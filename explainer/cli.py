@@ -263,6 +263,7 @@ def _run_main(execute, path: str, json_out: str | None) -> int:
     """Run the script or module as __main__; report, write --json and hand off its findings."""
     import threading
 
+    from . import notes
     from .runtime import journal
 
     code, error = 0, None
@@ -281,6 +282,7 @@ def _run_main(execute, path: str, json_out: str | None) -> int:
     except BaseException as uncaught:  # noqa: BLE001 (reported exactly as Python would)
         error = uncaught
         code = 1
+        notes.add_note_after(uncaught)
         _strip_own_frames(uncaught)
         sys.excepthook(type(uncaught), uncaught, uncaught.__traceback__)
     finally:

@@ -7,6 +7,8 @@ Whatever fails here costs the user one line, never their error.
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from contextlib import contextmanager
 
@@ -43,6 +45,38 @@ def record_only(error, call, roots, caller, calls, steps, loads=()) -> None:
     """Explain `error` into the journal only, for a front-end that renders from there (IPython)."""
     with _one_line_on_failure(error):
         _explain(error, call, roots, caller, calls, steps, loads)
+
+
+def add_note_after(error: BaseException) -> None:
+    """For an autograd error that escaped without being explained (the hooks never saw its
+    backward: a `torch.compile`d step calls the original), the post-mortem explanation as a
+    note; or, where even that finds nothing, one line that says so and what to do instead."""
+    if "torch" not in sys.modules:
+        return
+    from .runtime import journal
+    from .runtime.errors import kind_of
+
+    if kind_of(error) is None or journal.finding_for(error) is not None:
+        return
+    with _one_line_on_failure(error):
+        from .render.text import render_note
+        from .runtime import postmortem
+
+        finding = postmortem.explain(error)
+        if finding is not None:
+            error.add_note(render_note(finding))
+        elif _in_compiled_code(error.__traceback__):
+            error.add_note(f"{NOTE_PREFIX} this error was raised inside a torch.compile'd function, where the "
+                           "explainer records nothing, and its frames do not show the cause: run that function "
+                           "once without torch.compile (or under torch.compiler.disable) to have it explained.")
+
+
+def _in_compiled_code(tb) -> bool:
+    while tb is not None:
+        if f"{os.sep}_dynamo{os.sep}" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _explain(error, call, roots, caller, calls, steps, loads):

@@ -334,3 +334,61 @@ def test_an_error_caught_and_recovered_from_is_not_reported(tmp_path):
     run = _explainer("run", "--json", str(out), str(script), cwd=tmp_path)
     assert (run.returncode, run.stdout) == (0, "skipped\n")
     assert json.loads(out.read_text())["findings"] == []
+
+
+COMPILED = """
+    import torch
+
+    rnn = torch.nn.RNNCell(3, 4)
+    opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+
+
+    @torch.compile(backend="eager")
+    def train_step(x, hidden):
+        hidden = rnn(x, hidden)
+        loss = hidden.pow(2).mean()
+        loss.backward()
+        return hidden
+
+
+    hidden = torch.zeros(1, 4)
+    for step in range(3):
+        hidden = train_step(torch.randn(1, 3), hidden)
+        opt.step()
+        opt.zero_grad()
+"""
+
+COMPILED_SHARED = """
+    import torch
+
+    encoder, head_a, head_b = torch.nn.Linear(3, 4), torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+
+
+    @torch.compile(backend="eager")
+    def train_step(x):
+        features = encoder(x)
+        head_a(features).sum().backward()
+        head_b(features).sum().backward()
+
+
+    train_step(torch.randn(2, 3))
+"""
+
+
+def test_a_compiled_step_is_explained_or_says_why_not(tmp_path):
+    """A `torch.compile`d step calls the original backward, which the hooks never see: the error
+    is explained after the fact (likely), or one line says it cannot be and what to do."""
+    out = tmp_path / "out.json"
+    run = _explainer("run", "--json", str(out), str(write(tmp_path, "compiled.py", COMPILED)), cwd=tmp_path)
+    assert run.returncode == 1 and "[explainer] second-backward (BX001 carried-state)" in run.stderr, run.stderr
+    (finding,) = json.loads(out.read_text())["findings"]
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"], finding["confidence"]) == \
+        ("hidden", 10, "likely")
+
+    shared = _explainer("run", "--json", str(out), str(write(tmp_path, "shared.py", COMPILED_SHARED)), cwd=tmp_path)
+    assert shared.returncode == 1
+    assert shared.stderr.rstrip().splitlines()[-1] == (
+        "[explainer] this error was raised inside a torch.compile'd function, where the explainer records nothing, "
+        "and its frames do not show the cause: run that function once without torch.compile (or under "
+        "torch.compiler.disable) to have it explained.")
+    assert json.loads(out.read_text())["findings"] == []
