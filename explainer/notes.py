@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 NOTE_PREFIX = "[explainer]"
 
@@ -38,7 +38,41 @@ def add_note(error, call, roots, caller, calls, steps, loads=()) -> None:
 
         finding = _explain(error, call, roots, caller, calls, steps, loads)
         if finding is not None:
-            error.add_note(render_note(finding))
+            explained_by = _rank_that_explains()
+            error.add_note(render_note(finding) if explained_by is None else
+                           f"{NOTE_PREFIX} {finding.summary} Explained in full by rank {explained_by}, the first "
+                           "rank that failed.")
+
+
+def _rank_that_explains() -> str | None:
+    """Under torch.distributed every rank fails alike: the first rank to fail explains in full,
+    and the others say in one line which did (None here: this process explains). The ranks of
+    one run share a parent (torchrun's agent, or the process that spawned them), whose id names
+    the marker they race for."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    if rank is None or not world.isdigit() or int(world) < 2:
+        return None
+    import tempfile
+
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "") + f"-{os.getppid()}"
+    marker = os.path.join(tempfile.gettempdir(), f"backward-explainer-rank-{''.join(c for c in run if c.isalnum() or c == '-')}")
+    mine = f"{marker}.{os.getpid()}"
+    try:
+        with open(mine, "w", encoding="utf-8") as claim:
+            claim.write(rank)
+        os.link(mine, marker)  # atomic, and the marker never exists without its rank in it
+    except FileExistsError:
+        try:
+            with open(marker, encoding="utf-8") as first:
+                return first.read().strip()
+        except OSError:
+            return None
+    except OSError:
+        return None  # no shared temporary folder: every rank explains
+    finally:
+        with suppress(OSError):
+            os.unlink(mine)
+    return None
 
 
 def record_only(error, call, roots, caller, calls, steps, loads=()) -> None:

@@ -10,8 +10,9 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-import manifest  # noqa: E402
 from postmortem import explain_after  # noqa: E402
+
+import manifest  # noqa: E402
 
 BY_NAME = {s.name: s for s in manifest.samples() + manifest.real_cases() + manifest.library_cases()}
 
