@@ -386,6 +386,7 @@ def test_a_compiled_step_is_explained_or_says_why_not(tmp_path):
     out = tmp_path / "out.json"
     run = _explainer("run", "--json", str(out), str(write(tmp_path, "compiled.py", COMPILED)), cwd=tmp_path)
     assert run.returncode == 1 and "[explainer] second-backward (BX001 carried-state)" in run.stderr, run.stderr
+    assert "or it ran inside torch.compile" in " ".join(run.stderr.split())
     (finding,) = json.loads(out.read_text())["findings"]
     assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"], finding["confidence"]) == \
         ("hidden", 10, "likely")

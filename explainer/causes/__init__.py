@@ -137,7 +137,7 @@ class _Phrases(Mapping):
         nodes = facts.get("graph_nodes")
         if nodes is not None:
             return f"The graph is larger than one explanation walks ({nodes:,} nodes seen)"
-        return "No earlier backward was recorded (the explainer was not installed yet)"
+        return "No earlier backward was recorded (the explainer was not installed yet, or it ran inside torch.compile)"
 
     @staticmethod
     def _updater(evidence, facts):
