@@ -81,6 +81,9 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
     cited = [finding["backward"], finding["freed_by"], *finding["steps"], *finding["culprits"]]
     assert not [c for c in cited if c and is_library_file(c["filename"])], cited
     assert "[explainer]" in run.stderr
+    if sample.name == "libraries/lightning_rnn_state":  # the user's line runs the backward, inside Lightning
+        assert "The backward run inside `trainer.fit(model, loader)` in the previous iteration freed" in \
+            " ".join(finding["message"].split())
     # The JSON is the Finding, whole: an editor reading it back gets the same facts and sentences.
     assert Finding.from_json(finding).to_json() == finding
 

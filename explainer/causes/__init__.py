@@ -8,6 +8,7 @@ docstring. Analyses return facts (a Finding and its Evidence); the sentences are
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -99,9 +100,13 @@ class _Phrases(Mapping):
         failing call's own line, else "`loss.backward()` (line 14) freed"."""
         freed, backward = evidence.freed_by, evidence.backward
         repeat = facts.get("repeat", "iteration")
+        # A call of the user's that runs the backward inside a library (`trainer.fit(...)`):
+        # the call is the user's line, the backward is the library's.
+        who = f"`{freed.code}`" if re.search(r"backward|grad", freed.code) or not freed.code \
+            else f"The backward run inside `{freed.code}`"
         if backward is not None and (freed.filename, freed.row) == (backward.filename, backward.row):
-            return f"`{freed.code}` in the previous {repeat} freed"
-        return f"`{freed.code}` (line {freed.row}) freed"
+            return f"{who} in the previous {repeat} freed"
+        return f"{who} (line {freed.row}) freed"
 
     @staticmethod
     def _freed_where(evidence, facts):
