@@ -41,6 +41,9 @@ def _library_dirs() -> tuple[str, ...]:
 # hooks record the user's frame nearest the call instead, and the analysis searches and cites
 # only the user's frames.
 LIBRARY = (TORCH_DIR, PACKAGE_DIR, *_library_dirs())
+# An installed package wherever its environment lies (one put on sys.path by PYTHONPATH).
+_INSTALLED = f"{os.sep}site-packages{os.sep}"
+_DEBIAN_INSTALLED = f"{os.sep}dist-packages{os.sep}"
 _FRONT_END_MODULES = ("IPython.", "ipykernel.", "runpy", "explainer.")
 
 
@@ -88,10 +91,6 @@ def is_library_file(filename: str) -> bool:
     """Library code (LIBRARY), a frozen module's, or an installed package's wherever it lies."""
     return filename.startswith(LIBRARY) or filename.startswith("<frozen") or _INSTALLED in filename \
         or _DEBIAN_INSTALLED in filename
-
-
-_INSTALLED = f"{os.sep}site-packages{os.sep}"
-_DEBIAN_INSTALLED = f"{os.sep}dist-packages{os.sep}"
 
 
 def outside_libraries(frame):
