@@ -148,9 +148,7 @@ def _module_flag(argv: list[str]) -> int | None:
 
 def run(script: str, args: list[str], json_out: str | None) -> int:
     """`python SCRIPT ARGS`, with the explainer installed."""
-    problem = _unwritable(json_out)
-    if problem is not None:  # said before the script runs: a long training must not end in this
-        print(f"explainer: can't write --json {json_out!r}: {problem}", file=sys.stderr)
+    if _refused(json_out):
         return 2
     if not os.path.isfile(script):
         print(f"explainer: can't open file {script!r}: no such file", file=sys.stderr)
@@ -195,9 +193,7 @@ def _run_as_main(path: str) -> None:
 def run_module(module: str, args: list[str], json_out: str | None) -> int:
     """`python -m MODULE ARGS`, with the explainer installed: the current folder first on
     sys.path, sys.argv[0] the module's file, a package run through its `__main__`."""
-    problem = _unwritable(json_out)
-    if problem is not None:
-        print(f"explainer: can't write --json {json_out!r}: {problem}", file=sys.stderr)
+    if _refused(json_out):
         return 2
     _install()
     sys.path[0] = os.getcwd()
@@ -326,6 +322,15 @@ def _exit_code(value) -> int:
         return value
     print(value, file=sys.stderr)
     return 1
+
+
+def _refused(json_out: str | None) -> bool:
+    """Whether `--json OUT` cannot be written, said in one line before anything runs: a long
+    training must not end in this."""
+    problem = _unwritable(json_out)
+    if problem is not None:
+        print(f"explainer: can't write --json {json_out!r}: {problem}", file=sys.stderr)
+    return problem is not None
 
 
 def _unwritable(path: str | None) -> str | None:
