@@ -10,7 +10,7 @@ import {
   serverSettings, strategiesToTry,
 } from "./interpreter";
 import { restartOn, ServerLifecycle } from "./lifecycle";
-import { SHOW_RULE, ruleCommandLink, withRuleCommandLinks } from "./links";
+import { isRulePage, SHOW_RULE, ruleCommandLink, withRuleCommandLinks } from "./links";
 import { ClientLines } from "./log";
 import { ServerState, statusView } from "./status";
 
@@ -35,8 +35,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     status,
     vscode.commands.registerCommand(`${SECTION}.restart`, () => servers.restart()),
     vscode.commands.registerCommand(`${SECTION}.showLogs`, () => output.show()),
-    vscode.commands.registerCommand(SHOW_RULE, (page: string) =>
-      vscode.commands.executeCommand("markdown.showPreview", vscode.Uri.parse(page))),
+    vscode.commands.registerCommand(SHOW_RULE, (page: unknown) =>
+      // Only a rule's page: a command link elsewhere must not open any file it names.
+      isRulePage(page) ? vscode.commands.executeCommand("markdown.showPreview", vscode.Uri.parse(page)) : undefined),
     ...restartOn({
       configurationChanged: vscode.workspace.onDidChangeConfiguration,
       trustGranted: vscode.workspace.onDidGrantWorkspaceTrust,

@@ -11,9 +11,14 @@ export const SHOW_RULE = "backwardExplainer.showRule";
 
 const RULE_PAGE = /^file:\/\/[^\s)]*\/BX\d{3}\.md$/;
 
+/** Whether a URL is a rule's page (what the command agrees to open; any other is refused). */
+export function isRulePage(target: unknown): target is string {
+  return typeof target === "string" && RULE_PAGE.test(target);
+}
+
 /** The command link for a rule page's file URL, or undefined for any other link. */
 export function ruleCommandLink(target: string): string | undefined {
-  return RULE_PAGE.test(target) ? `command:${SHOW_RULE}?${encodeURIComponent(JSON.stringify([target]))}` : undefined;
+  return isRulePage(target) ? `command:${SHOW_RULE}?${encodeURIComponent(JSON.stringify([target]))}` : undefined;
 }
 
 /** Markdown with every `](file:///…/BXnnn.md)` link target turned into its command link. */

@@ -1,6 +1,6 @@
 import { strict as assert } from "node:assert";
 import { test } from "node:test";
-import { ruleCommandLink, withRuleCommandLinks } from "../src/links";
+import { isRulePage, ruleCommandLink, withRuleCommandLinks } from "../src/links";
 
 const PAGE = "file:///home/me/.vscode/extensions/be/bundled/libs/explainer/causes/docs/BX001.md";
 
@@ -20,4 +20,10 @@ test("in the hover's Markdown, only rule pages' links change", () => {
   const rewritten = withRuleCommandLinks(hover);
   assert.ok(rewritten.includes(`[BX001 documentation](${ruleCommandLink(PAGE)})`));
   assert.ok(rewritten.endsWith("[PyTorch](https://pytorch.org)"));
+});
+
+test("the command opens rule pages only", () => {
+  assert.equal(isRulePage(PAGE), true);
+  assert.equal(isRulePage("file:///etc/passwd"), false);
+  assert.equal(isRulePage(["file:///x/BX001.md"]), false);
 });
