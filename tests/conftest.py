@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,20 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def wait_until_serving(url: str, server: subprocess.Popen, name: str, timeout: float = 120) -> None:
+    """Poll `url` until it answers; fail if `server` exits or `timeout` passes first."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            assert time.monotonic() < deadline and server.poll() is None, f"{name} did not start"
+            time.sleep(0.5)
 
 
 def isolated_samples(root: Path) -> Workspace:

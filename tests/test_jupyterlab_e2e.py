@@ -14,12 +14,10 @@ import json
 import os
 import shutil
 import subprocess
-import time
-import urllib.request
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, wait_until_serving
 from kernel_session import explained_notebook
 
 SHOTS = ROOT / "benchmarks" / "results" / "jupyterlab-e2e"
@@ -54,14 +52,7 @@ def test_explanation_in_jupyterlab_light_and_dark_trusted_and_untrusted(tmp_path
                             "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={notebooks}"],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline and lab.poll() is None, "JupyterLab did not start"
-                time.sleep(0.5)
+        wait_until_serving(f"http://127.0.0.1:{port}/api/status", lab, "JupyterLab")
         SHOTS.mkdir(parents=True, exist_ok=True)
         driven = subprocess.run([f"{cache}/playwright/bin/python", str(ROOT / "tests" / "editors" / "jupyterlab_drive.py"),
                                  f"http://127.0.0.1:{port}", env["JUPYTERLAB_SETTINGS_DIR"], str(SHOTS),

@@ -19,13 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
 import manifest
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, wait_until_serving
 from kernel_session import explained_notebook
 
 CLIENT = ROOT / "vscode-client"
@@ -97,14 +95,7 @@ def code_server(tmp_path, workspace, user_settings: dict, workspace_trust: bool)
                                str(workspace)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "code-server did not start"
-                time.sleep(0.5)
+        wait_until_serving(f"http://127.0.0.1:{port}/healthz", server, "code-server")
         yield f"http://127.0.0.1:{port}", cache_dir
     finally:
         server.terminate()
