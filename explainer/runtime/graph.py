@@ -19,6 +19,11 @@ LEAF_SEQ = 2**64 - 1  # AccumulateGrad reports this
 # explanation wraps at most this many nodes, across all its walks, and answers from what it saw.
 WRAP_BUDGET = 15_000
 
+# Nodes with as many inputs as the list the user passed (`torch.stack(states)`): reading their
+# `next_functions` wraps every input at once, so their width is read first, from the output's
+# shape along the joined dimension (exact for stack, at least the count for cat).
+_LIST_INPUTS = frozenset({"StackBackward0", "CatBackward0"})
+
 
 class _Budget:
     """Nodes wrapped by this explanation so far. Ids are stable while it runs: a wrapped node
@@ -29,7 +34,7 @@ class _Budget:
     expanded: set[int] = set()  # nodes whose children are wrapped already: free to walk again
 
     def affords(self, node, reserve: int = 0) -> bool:
-        return self.remaining > reserve or id(node) in self.expanded
+        return id(node) in self.expanded or self.remaining - _width(node) > reserve
 
     def charge(self, node, children) -> None:
         self.expanded.add(id(node))
@@ -41,6 +46,30 @@ class _Budget:
 
 
 _budget = _Budget()
+
+
+def _width(node) -> int:
+    """How many inputs reading `node.next_functions` may wrap beyond the usual few: 0 for most
+    nodes, the list's length bound for `torch.stack`/`torch.cat`, the whole budget when that
+    cannot be read."""
+    if type(node).__name__ not in _LIST_INPUTS:
+        return 0
+    try:
+        dim = node._saved_dim
+        dim = dim - 2**64 if dim >= 2**63 else dim  # a negative dim reads back unsigned
+        return int(node._input_metadata[0].shape[dim])
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return WRAP_BUDGET
+
+
+def children(node, reserve: int = 0):
+    """`node.next_functions` charged to this explanation's budget, or () when the budget, less
+    `reserve`, cannot afford wrapping them."""
+    if not _budget.affords(node, reserve):
+        return ()
+    found = node.next_functions
+    _budget.charge(node, found)
+    return found
 
 
 def reset_budget(nodes: int = WRAP_BUDGET) -> None:
@@ -95,9 +124,7 @@ def walk(roots, *, expand=None, reserve: int = 0) -> Walk:
         if not _budget.affords(node, reserve):
             result.complete = False
             continue
-        children = node.next_functions
-        _budget.charge(node, children)
-        for child, _ in children:
+        for child, _ in children(node):
             if child is None:
                 continue
             child_key = id(child)
@@ -124,7 +151,7 @@ def input_leaves(node):
     beside an activation is no parameter at all)."""
     frontier, seen = [node], set()
     while frontier:
-        for child, _ in frontier.pop().next_functions:
+        for child, _ in children(frontier.pop()):
             if child is None or id(child) in seen:
                 continue
             seen.add(id(child))
@@ -162,7 +189,7 @@ def freed_below(nodes, limit: int = 64) -> bool | None:
         answer = freed(node)
         if answer is not None:
             return answer
-        queue.extend(child for child, _ in node.next_functions)
+        queue.extend(child for child, _ in children(node))
     return None
 
 
@@ -203,9 +230,7 @@ def reaches(start, targets: set[int], mark: int) -> bool:
             continue
         if not _budget.affords(node):
             return False
-        children = node.next_functions
-        _budget.charge(node, children)
-        for child, _ in children:
+        for child, _ in children(node):
             if child is None or id(child) in seen:
                 continue
             if id(child) in targets:

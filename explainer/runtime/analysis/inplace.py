@@ -444,7 +444,7 @@ def _ascends_what_it_descended(ctx) -> bool:
     if previous is None or len(ctx.roots) != 1 or ctx.roots[0].grad_fn is None:
         return False
     node = ctx.roots[0].grad_fn
-    inputs = [child for child, _ in node.next_functions if child is not None]
+    inputs = [child for child, _ in graph.children(node) if child is not None]
     if type(node).__name__ not in ("NegBackward0", "MulBackward0") or len(inputs) != 1:
         return False
     frontier = [b.value.grad_fn for b in ctx.bound_roots(previous)]
@@ -455,7 +455,7 @@ def _ascends_what_it_descended(ctx) -> bool:
             return True
         if type(sums).__name__ in ("AddBackward0", "SubBackward0") and id(sums) not in seen:
             seen.add(id(sums))
-            frontier.extend(child for child, _ in sums.next_functions if child is not None)
+            frontier.extend(child for child, _ in graph.children(sums) if child is not None)
     return False
 
 
@@ -600,7 +600,7 @@ def _modified_bindings(ctx, failing_key, detail: InplaceDetail | None) -> list:
         grad_fn = binding.value.grad_fn
         if grad_fn is None or failing_key is None:
             return False
-        return any(child is not None and id(child) == failing_key for child, _ in grad_fn.next_functions)
+        return any(child is not None and id(child) == failing_key for child, _ in graph.children(grad_fn))
 
     return sorted(found, key=lambda b: not rebased(b))
 

@@ -326,7 +326,7 @@ def _updated_again_this_pass(current: graph.Walk, key: int, reaching_targets: se
     seen, pending = {key}, [key]
     while pending and len(seen) < _UPDATE_SEARCH:
         node = current.node(pending.pop())
-        for child, _ in node.next_functions:
+        for child, _ in graph.children(node):
             child_key = id(child) if child is not None else None
             if child_key is None or child_key in seen or child_key not in reaching_targets \
                     or current.seq.get(child_key, -1) < mark:

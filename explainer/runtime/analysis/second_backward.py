@@ -36,7 +36,7 @@ def explain_second_backward(ctx: Context) -> Finding | None:
     if all(current.seq[id(r)] >= mark for r in roots):
         targets = set(graph.stale_boundary(current, mark))
         if not targets and not current.complete:
-            return unrecorded(ctx, roots, current)
+            return unrecorded(ctx, roots, _resumed_from_names(ctx, roots, mark))
     else:
         current, targets = _shared_with_previous(ctx, roots, previous)
         mark = min(current.seq[id(r)] for r in roots)
@@ -49,6 +49,16 @@ def explain_second_backward(ctx: Context) -> Finding | None:
     if not candidates:
         return shared_by_a_loop(ctx, previous, current, mark) or unnamed(ctx, previous)
     return _by_relation(ctx, candidates[0], previous, current, candidates[1:])
+
+
+def _resumed_from_names(ctx: Context, roots, mark: int) -> graph.Walk:
+    """The walk from the roots stopped short: walk again from the roots and from every tensor the
+    frames hold that was made since `mark`, for the source to rank those it reaches. A node too
+    wide to open (`torch.stack(states)` of a long unroll) has its inputs held in the user's
+    list."""
+    held = [binding.value.grad_fn for binding in ctx.bindings() if binding.value.grad_fn is not None]
+    held = [node for node in held if node._sequence_nr() >= mark]
+    return graph.walk([*roots, *held], expand=lambda seq: seq >= mark, reserve=graph.WRAP_BUDGET // 5)
 
 
 def _freed_only(current: graph.Walk, targets: set[int]) -> set[int]:

@@ -12,7 +12,7 @@ from ..records import BackwardCall
 from .carried import carried_fixes
 from .context import Context
 from .evidence import culprit, finding, made_at
-from .locate import Candidate, locate, shares_history
+from .locate import Candidate, locate, self_referencing_carrier, shares_history
 from .made_once import repeating_owner
 
 
@@ -45,7 +45,8 @@ def unrecorded(ctx: Context, roots, walked: graph.Walk | None = None) -> Finding
         if isinstance(located.store, ast.Call):
             candidate.relation, score = "stored", 3
         elif located.carried:
-            candidate.relation, score = "carried", 3
+            # `h = cell(x, h)` outranks a value merely read from a carried one
+            candidate.relation, score = "carried", 4 if self_referencing_carrier(candidate) else 3
         elif located.in_init or repeating_owner(ctx, located, failing, source) is not None:
             score = 2
         else:
