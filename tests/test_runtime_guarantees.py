@@ -381,3 +381,23 @@ def test_errors_raised_inside_backward_hooks_are_untouched(scenario):
     assert (type(hooked.__context__), hooked.__context__.args) == (type(plain.__context__), plain.__context__.args)
     assert hooked.__suppress_context__ == plain.__suppress_context__
     assert not hasattr(hooked, "__notes__")
+
+
+def test_naming_reads_a_dict_only_as_far_as_its_first_entries():
+    """A 10^7-entry vocabulary in the globals cost a second per explanation when its items were
+    copied before the first MAX_ITEMS were taken."""
+    from explainer.runtime import naming
+
+    class Counted(dict):
+        read = 0
+
+        def items(self):
+            for pair in super().items():
+                Counted.read += 1
+                yield pair
+
+    table = Counted({i: 0.0 for i in range(10 * naming.MAX_ITEMS)})
+    table[0] = torch.ones(1, requires_grad=True) * 2
+    found = naming.bindings([sys._getframe()])
+    assert any(b.expression == "table[0]" for b in found)
+    assert Counted.read <= naming.MAX_ITEMS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import sys
 import types
 from dataclasses import dataclass
@@ -113,9 +114,8 @@ def _collect(found, seen, visited, pending, frame_index, base, steps, value, own
         for i in indices:
             queue(("item", i), value[i], owner)
     elif isinstance(value, dict):
-        for count, (key, item) in enumerate(list(value.items())):
-            if count >= MAX_ITEMS:
-                break
+        # islice, not list(): a 10^7-entry vocabulary would cost a second to copy
+        for key, item in list(itertools.islice(value.items(), MAX_ITEMS)):
             if isinstance(key, (str, int)):
                 queue(("item", key), item, owner)
     elif is_user_object(value):
