@@ -95,11 +95,14 @@ def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple:
     return None
 
 
-def restart_each_pass(source: Source, carrier: str, stmt: ast.stmt, loop: ast.stmt, scope: ast.AST) -> Fix | None:
+def restart_each_pass(source: Source, carrier: str, stmt: ast.stmt, loop: ast.stmt, scope: ast.AST,
+                      made_from_weights: bool = False) -> Fix | None:
     """`Yest = Yest + w * X` unrolled in an inner loop, inside an outer loop whose passes repeat
     the same computation (its own variable is never read): each pass should unroll from the
     value made before the outer loop, as the first pass does. Detaching instead would start
-    each pass from where the last one ended, and train something else."""
+    each pass from where the last one ended, and train something else. A first value made from
+    the weights (MAML's `fast = [w.clone() for w in ...]`) is made again in each pass instead:
+    the value before the loop holds the weights as they were before any step."""
     if not carrier.isidentifier() or any(s is stmt for s in loop.body):
         return None
     inner = loops_around(stmt, stop=loop)
@@ -107,15 +110,27 @@ def restart_each_pass(source: Source, carrier: str, stmt: ast.stmt, loop: ast.st
         return None
     start = last_assignment(scope, carrier, loop.lineno)
     loop_names = {n.id for n in ast.walk(getattr(loop, "target", ast.Pass())) if isinstance(n, ast.Name)}
-    if start is None or loop_names & set().union(*(names_read(s) for s in loop.body)):
+    if start is None:
+        return None
+    # Passes that read their loop variable differ (chunks of one sequence): the state may be
+    # meant to continue, unless it starts from the weights, which a detach would stop training.
+    if not made_from_weights and loop_names & set().union(*(names_read(s) for s in loop.body)):
         return None
     if any(inside(a.stmt, loop) and not any(inside(a.stmt, i) for i in inner) for a in assignments(scope, carrier)):
         return None
-    saved = f"{carrier}_start"
-    if saved in names_read(scope) or assignments(scope, saved):
-        return None
     first_read = next((s for s in loop.body if reads(s, carrier)), None)
     if first_read is None:
+        return None
+    if made_from_weights:
+        if not isinstance(start.stmt, (ast.Assign, ast.AnnAssign)) or start.stmt.end_lineno != start.stmt.lineno:
+            return None
+        return Fix(f"Make `{carrier}` again at the start of every pass, from the weights as they are then, "
+                   f"as before the loop: its first value is made from weights the optimizer steps, so every "
+                   f"pass must start from the current ones, and carrying the last pass's `{carrier}` reaches "
+                   f"its freed graph",
+                   (insert_lines_before(source, first_read, [source.segment(start.stmt)]),))
+    saved = f"{carrier}_start"
+    if saved in names_read(scope) or assignments(scope, saved):
         return None
     return Fix(f"Start every pass from `{carrier}`'s value before the loop, as the first pass does: "
                f"each pass unrolls the same recurrence again, and carrying the last pass's "

@@ -145,7 +145,7 @@ def hooked({parameters}):
     call = (next(ticks), peek(), {root_ids}, code,
             caller.f_lasti if caller is not None else 0, retain, create, kind)
     calls = state[1]
-    if retain and calls:
+    if retain and not create and calls:  # a higher-order graph spans its steps on purpose (MAML)
         check_growth(call, {roots}, caller)
     state[0] = 1
     try:

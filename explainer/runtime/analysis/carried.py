@@ -86,16 +86,38 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
             source, container, loop, made.value if made is not None else None))
         return fixes
     if loop is not None:
-        fixes.append(detach_carried.restart_each_pass(source, name, stmt, loop, located.scope))
+        from_weights = _first_made_from_weights(ctx, candidate, name, loop)
+        fixes.append(detach_carried.restart_each_pass(source, name, stmt, loop, located.scope, from_weights))
         may_be_none = detach_carried.starts_as_none(located.scope, name, loop)
-        fixes.append(detach_carried.keep_discarded_detach(source, name, loop, is_tuple))
+        cuts = [detach_carried.keep_discarded_detach(source, name, loop, is_tuple)]
         if failing is not None and stmt.lineno > failing.end_lineno and src.inside(failing, loop):
-            fixes.append(detach_carried.keep_detached(source, name, stmt, is_tuple))
+            cuts.append(detach_carried.keep_detached(source, name, stmt, is_tuple))
         if any(s is stmt for s in loop.body) and not may_be_none:
-            fixes.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
+            cuts.append(detach_carried.detach_where_read(source, name, located.assignment, is_tuple))
         if not detach_carried.starts_as_number(located.scope, name, loop):
-            fixes.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
+            cuts.append(detach_carried.detach_at_loop_entry(source, name, loop, is_tuple, may_be_none))
+        # A detach of a state made from the weights cuts their gradient through it, this step's too.
+        fixes.extend(cut.unproven() if from_weights and cut is not None else cut for cut in cuts)
     return fixes
+
+
+def _first_made_from_weights(ctx: Context, candidate: Candidate, name: str, loop: ast.stmt) -> bool:
+    """Whether `name`'s value before the loop is made from tensors that train (MAML's fast weights,
+    `fast = [w.clone() for w in model.parameters()]`): names it reads hold a tensor that requires
+    grad, a module with such parameters, or a list of such tensors."""
+    start = src.last_assignment(candidate.located.scope, name, loop.lineno)
+    if start is None:
+        return False
+    frame = ctx.frames[candidate.binding.frame_index]
+    for read in src.names_read(start.value) if start.value is not None else ():
+        value = frame.f_locals.get(read, frame.f_globals.get(read))
+        if isinstance(value, torch.nn.Module):
+            value = next(value.parameters(), None)
+        elif isinstance(value, (list, tuple)):
+            value = next((v for v in value[:8] if isinstance(v, torch.Tensor) and v.requires_grad), None)
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            return True
+    return False
 
 
 def _reset_before_freeing(ctx: Context, located, name: str, failing):
