@@ -18,7 +18,8 @@ Three parts (see benchmarks/README.md):
                measured by a timer wrapped around them here.
 3. synthetic - a second-backward error on graphs of 10^4..10^6 autograd nodes (the failing
                code is in synthetic_graphs.py): a carried state whose huge part is current or
-               stale, and a huge trunk shared by two losses.
+               stale, and a huge trunk shared by two losses; then (3b) a 200k-step unroll
+               stacked for its loss and a 10^7-entry dict in the globals.
 
 Everything is printed as tables, then as one JSON blob (also written to
 benchmarks/results/latest.json). Only ratios and latencies measured in this run are reported;
@@ -593,23 +594,34 @@ def samples_table(results: dict) -> str:
 SMALL_LINKS = 10
 
 
-def _variant_current_huge(links, w, x, marks, timing):
-    synthetic_graphs.carried_state(links, SMALL_LINKS, w, x, marks, timing)
+def _variant_current_huge(nodes, w, x, marks, timing):
+    synthetic_graphs.carried_state(max(1, nodes // 2), SMALL_LINKS, w, x, marks, timing)
 
 
-def _variant_stale_huge(links, w, x, marks, timing):
-    synthetic_graphs.carried_state(SMALL_LINKS, links, w, x, marks, timing)
+def _variant_stale_huge(nodes, w, x, marks, timing):
+    synthetic_graphs.carried_state(SMALL_LINKS, max(1, nodes // 2), w, x, marks, timing)
 
 
+def _variant_shared_trunk(nodes, w, x, marks, timing):
+    synthetic_graphs.shared_trunk(max(1, nodes // 2), w, x, marks, timing)
+
+
+# graph name -> (function of the size, what the size counts)
 SYNTHETIC = {
-    "carried, huge current": _variant_current_huge,
-    "carried, huge stale": _variant_stale_huge,
-    "shared trunk, 2 losses": synthetic_graphs.shared_trunk,
+    "carried, huge current": (_variant_current_huge, "nodes"),
+    "carried, huge stale": (_variant_stale_huge, "nodes"),
+    "shared trunk, 2 losses": (_variant_shared_trunk, "nodes"),
+}
+# Part 3b: sizes that are not node counts, each run at its own sizes.
+LONG_RUNS = {
+    "unrolled cell, carried": (synthetic_graphs.unrolled_cell, "steps"),
+    "carried, big dict in globals": (synthetic_graphs.carried_beside_big_table, "dict entries"),
 }
 
 
-def run_synthetic(variant: str, nodes: int, hooked: bool, profiler=None) -> dict:
-    links = max(1, nodes // 2)
+def run_synthetic(variant: str, size: int, hooked: bool, profiler=None) -> dict:
+    """Run one synthetic graph of `size` (nodes, steps or entries, as its table says)."""
+    build = (SYNTHETIC.get(variant) or LONG_RUNS[variant])[0]
     w = torch.full((1,), 0.5, requires_grad=True)
     x = torch.full((1,), 0.1)
     marks, timing = [], []
@@ -623,7 +635,7 @@ def run_synthetic(variant: str, nodes: int, hooked: bool, profiler=None) -> dict
     try:
         with timer:
             try:
-                SYNTHETIC[variant](links, w, x, marks, timing)
+                build(size, w, x, marks, timing)
             except RuntimeError as raised:
                 error = raised
         total = perf_counter() - started
@@ -652,44 +664,51 @@ def run_synthetic(variant: str, nodes: int, hooked: bool, profiler=None) -> dict
     return result
 
 
-def bench_synthetic(sizes: list[int], reps: dict[int, int]) -> dict:
-    rows = []
-    for nodes in sizes:
-        for variant in SYNTHETIC:
-            hook_runs, none_runs = [], []
-            for rep in range(reps.get(nodes, 1)):
-                modes = ("none", "hook") if rep % 2 == 0 else ("hook", "none")
-                for mode in modes:
-                    log(f"[synthetic] {variant}, {nodes:.0e} nodes, {mode} (rep {rep + 1})")
-                    (hook_runs if mode == "hook" else none_runs).append(
-                        run_synthetic(variant, nodes, mode == "hook"))
-            peaks = [r["explain_peak_extra_mb"] for r in hook_runs if r["explain_peak_extra_mb"] is not None]
-            peak_extra = max(peaks) if peaks else None
-            first = hook_runs[0]
-            explain = median([r["explain_s"] for r in hook_runs])
-            rows.append({
-                "variant": variant,
-                "nodes_requested": nodes,
-                "nodes": first["nodes"],
-                "reps": len(hook_runs),
-                "explain_s": explain,
-                "explain_s_all": [r["explain_s"] for r in hook_runs],
-                "failing_backward_s_none": median([r["failing_backward_s"] for r in none_runs]),
-                "failing_backward_s_hook": median([r["failing_backward_s"] for r in hook_runs]),
-                "first_backward_s": median([r["first_backward_s"] for r in none_runs]),
-                "total_s_none": median([r["total_s"] for r in none_runs]),
-                "peak_extra_mb": peak_extra,
-                "finding_kind": first["finding_kind"],
-                "culprit": first["culprit"],
-                "confidence": first["confidence"],
-                "raised_second_backward": all(r["raised_second_backward"] for r in hook_runs + none_runs),
-                "explained": first["finding_kind"] == "second-backward" and not first["failed_note"],
-            })
+def _synthetic_row(variant: str, size: int, reps: int) -> dict:
+    """`reps` runs of one graph with and without the hook, interleaved, summarised."""
+    hook_runs, none_runs = [], []
+    unit = (SYNTHETIC.get(variant) or LONG_RUNS[variant])[1]
+    for rep in range(reps):
+        modes = ("none", "hook") if rep % 2 == 0 else ("hook", "none")
+        for mode in modes:
+            log(f"[synthetic] {variant}, {size:.0e} {unit}, {mode} (rep {rep + 1})")
+            (hook_runs if mode == "hook" else none_runs).append(run_synthetic(variant, size, mode == "hook"))
+    peaks = [r["explain_peak_extra_mb"] for r in hook_runs if r["explain_peak_extra_mb"] is not None]
+    first = hook_runs[0]
+    return {
+        "variant": variant,
+        "nodes_requested": size if unit == "nodes" else None,
+        "size": size,
+        "unit": unit,
+        "nodes": first["nodes"],
+        "reps": len(hook_runs),
+        "explain_s": median([r["explain_s"] for r in hook_runs]),
+        "explain_s_all": [r["explain_s"] for r in hook_runs],
+        "failing_backward_s_none": median([r["failing_backward_s"] for r in none_runs]),
+        "failing_backward_s_hook": median([r["failing_backward_s"] for r in hook_runs]),
+        "first_backward_s": median([r["first_backward_s"] for r in none_runs]),
+        "total_s_none": median([r["total_s"] for r in none_runs]),
+        "peak_extra_mb": max(peaks) if peaks else None,
+        "finding_kind": first["finding_kind"],
+        "culprit": first["culprit"],
+        "confidence": first["confidence"],
+        "raised_second_backward": all(r["raised_second_backward"] for r in hook_runs + none_runs),
+        "explained": first["finding_kind"] == "second-backward" and not first["failed_note"],
+    }
+
+
+def bench_synthetic(sizes: list[int], reps: dict[int, int], long_sizes: dict[str, int]) -> dict:
+    rows = [_synthetic_row(variant, nodes, reps.get(nodes, 1)) for nodes in sizes for variant in SYNTHETIC]
+    long_rows = [_synthetic_row(variant, long_sizes[variant], 2) for variant in LONG_RUNS]
     at_million = [r["explain_s"] for r in rows if r["nodes_requested"] >= 1_000_000 and r["explain_s"] is not None]
+    long_explain = [r["explain_s"] for r in long_rows if r["explain_s"] is not None]
     return {
         "rows": rows,
+        "long_rows": long_rows,
         "target_s_at_1e6": TARGET_SYNTHETIC_S,
         "target_met": (max(at_million) <= TARGET_SYNTHETIC_S) if at_million else None,
+        "long_target_met": (max(long_explain) <= TARGET_SYNTHETIC_S
+                            and all(r["explained"] for r in long_rows)) if long_rows else None,
         "rss_mb_end": rss_mb(),
     }
 
@@ -710,6 +729,17 @@ def synthetic_table(results: dict) -> str:
     met = results["target_met"]
     text += (f"\ntarget: explain <= {TARGET_SYNTHETIC_S:g} s at 10^6 nodes: "
              + ("n/a (10^6 not run)" if met is None else "yes" if met else "NO"))
+    if results.get("long_rows"):
+        long_rows = [[r["variant"], f"{r['size']:,} {r['unit']}", r["nodes"], r["reps"], fmt(r["explain_s"], 3),
+                      fmt(r["failing_backward_s_none"], 3), fmt(r["total_s_none"], 2), fmt(r["peak_extra_mb"], 0),
+                      f"{r['finding_kind']} / {r['culprit']} / {r['confidence']}" if r["explained"]
+                      else f"NO ({r['finding_kind']})"] for r in results["long_rows"]]
+        text += "\n\n" + table(
+            ["case", "size", "nodes", "reps", "explain s", "failing bw s (none)", "build+run s (none)",
+             "explain peak +MB", "finding / culprit / confidence"],
+            long_rows, "3b. Long unrolls and big globals")
+        text += (f"\ntarget: explain <= {TARGET_SYNTHETIC_S:g} s for each: "
+                 + ("yes" if results["long_target_met"] else "NO"))
     check = results.get("main_thread_free")
     if check:
         def verdict(found):
@@ -804,10 +834,12 @@ def main(argv=None) -> int:
     parts = args.only or ["overhead", "samples", "synthetic"]
     if args.quick:
         config = {"rounds": 10, "micro_rounds": 5, "block_s": 0.02, "sample_reps": 2, "cold": 1,
-                  "sizes": [10_000, 100_000], "reps": {10_000: 2, 100_000: 1}, "deep_free_nodes": 100_000}
+                  "sizes": [10_000, 100_000], "reps": {10_000: 2, 100_000: 1}, "deep_free_nodes": 100_000,
+                  "long_sizes": {"unrolled cell, carried": 20_000, "carried, big dict in globals": 1_000_000}}
     else:
         config = {"rounds": 100, "micro_rounds": 30, "block_s": 0.05, "sample_reps": 5, "cold": 4,
-                  "sizes": [10_000, 100_000, 1_000_000], "reps": {10_000: 5, 100_000: 3, 1_000_000: 2}, "deep_free_nodes": 100_000}
+                  "sizes": [10_000, 100_000, 1_000_000], "reps": {10_000: 5, 100_000: 3, 1_000_000: 2}, "deep_free_nodes": 100_000,
+                  "long_sizes": {"unrolled cell, carried": 200_000, "carried, big dict in globals": 10_000_000}}
 
     started = perf_counter()
     blob = {
@@ -851,7 +883,7 @@ def main(argv=None) -> int:
         print(printed[-1] + "\n", flush=True)
     if "synthetic" in parts:
         settle()
-        blob["synthetic"] = bench_synthetic(config["sizes"], config["reps"])
+        blob["synthetic"] = bench_synthetic(config["sizes"], config["reps"], config["long_sizes"])
         blob["synthetic"]["main_thread_free"] = deep_free_check(config["deep_free_nodes"])
         printed.append(synthetic_table(blob["synthetic"]))
         print(printed[-1] + "\n", flush=True)
@@ -875,6 +907,9 @@ def main(argv=None) -> int:
         "synthetic_explain_s": {f"{r['variant']} @ {r['nodes_requested']}": r["explain_s"]
                                 for r in blob["synthetic"]["rows"]} if "synthetic" in blob else None,
         "synthetic_target_met": blob["synthetic"]["target_met"] if "synthetic" in blob else None,
+        "long_explain_s": {f"{r['variant']} @ {r['size']} {r['unit']}": r["explain_s"]
+                           for r in blob["synthetic"]["long_rows"]} if "synthetic" in blob else None,
+        "long_target_met": blob["synthetic"]["long_target_met"] if "synthetic" in blob else None,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(blob, indent=2, default=str) + "\n")

@@ -53,3 +53,37 @@ def shared_trunk(links, w, x, marks, timing):
         loss2.backward()
     finally:
         timing.append(perf_counter() - started)
+
+
+def unrolled_cell(steps, w, x, marks, timing):
+    """A one-unit RNN cell unrolled over `steps` time steps per iteration (three nodes a step),
+    every state kept in `states` for the loss, and the last state carried into the next
+    iteration without a detach: the second backward walks the whole current unroll, through a
+    `stack` node with `steps` inputs, before it meets the first iteration's freed graph."""
+    hidden = torch.zeros(1)
+    for _ in range(2):
+        states = []
+        marks.append(_seq())
+        for _ in range(steps):
+            hidden = torch.tanh(hidden * w + x)
+            states.append(hidden)
+        marks.append(_seq())
+        loss = (torch.stack(states) - 1.0).pow(2).mean()
+        started = perf_counter()
+        try:
+            loss.backward()
+        finally:
+            timing.append(perf_counter() - started)
+
+
+TABLE: dict = {}  # run.py fills it: a big module-level dict (a vocabulary, a cache) the explainer meets while it names tensors
+
+
+def carried_beside_big_table(entries, w, x, marks, timing):
+    """The small carried-state case, run while this module's globals hold a dict of `entries`
+    entries."""
+    TABLE.update(dict.fromkeys(range(entries), 0.0))
+    try:
+        carried_state(10, 10, w, x, marks, timing)
+    finally:
+        TABLE.clear()
