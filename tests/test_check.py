@@ -35,13 +35,27 @@ EXPECTED = {
     "grad_then_backward": "BX010",
 }
 SAMPLES = {s.name: s for s in manifest.samples()}
+# Buggy samples the checker does not find yet, with why; the runtime explains them. When it
+# learns one, test_known_static_misses_are_still_missed fails: move it to EXPECTED.
+STATIC_MISSES = {
+    # BX001 judges `fast = [w - lr * g ...]` by its innermost loop, whose autograd.grad
+    # (create_graph=True) keeps the graph on purpose; the freeing backward is the outer loop's.
+    "maml_fast_weights",
+}
 # Runs clean, but steps and then back-propagates through the pre-step graph again: the second
 # gradient is stale (samples/README.md). The checker is right to flag it.
 SILENTLY_WRONG = {"seed002_ex1_retain_then_step": ("BX007", "output = model(x)")}
 
 
 def test_every_buggy_sample_has_an_expected_code():
-    assert set(EXPECTED) == {s.name for s in SAMPLES.values() if s.kind != "none"}
+    assert set(EXPECTED) | set(STATIC_MISSES) == {s.name for s in SAMPLES.values() if s.kind != "none"}
+    assert not set(EXPECTED) & set(STATIC_MISSES)
+
+
+@pytest.mark.parametrize("name", sorted(STATIC_MISSES))
+def test_known_static_misses_are_still_missed(name):
+    sample = SAMPLES[name]
+    assert [d.code for d in check_file(sample.path) if d.location.row == sample.culprit_row] == []
 
 
 def check_file(path):
