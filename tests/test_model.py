@@ -87,3 +87,25 @@ def test_a_fix_preview_is_a_diff_with_context_at_the_edits_true_places(tmp_path)
         "+     q = critic(s)",
         "      actor_loss.backward()",
     ]
+
+
+def test_every_renderer_says_which_fixes_are_not_proven_safe():
+    """An unsafe alternative (MAML's detach of the fast weights crashes in autograd.grad) is
+    named as such wherever the finding is shown, not only in the JSON and the editors."""
+    import dataclasses
+    import io
+
+    from explainer.render.html import render_html
+    from explainer.render.terminal import render_rich
+    from explainer.render.text import render_note
+
+    finding = runtime_finding()
+    safe = finding.fixes[0]
+    finding = dataclasses.replace(finding, fixes=(safe, Fix("Detach it where the loop starts", safe.edits, "unsafe")))
+    marked = "Or (unsafe: it may change what trains): Detach it where the loop starts"
+    note = render_note(finding)
+    assert marked in note and "Fix: Detach `hidden`" in note
+    assert marked in render_html(finding)
+    rich = io.StringIO()
+    render_rich(dataclasses.replace(finding, fixes=(safe.unproven(),)), rich)
+    assert "Fix (unsafe: it may change what trains): Detach `hidden`" in " ".join(rich.getvalue().split())

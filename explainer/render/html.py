@@ -13,7 +13,7 @@ import html
 from ..model import Finding
 from ..places import file_label
 from ..reading.source import load
-from .text import fix_preview, tags
+from .text import fix_lead, fix_preview, tags
 
 _STYLE = (
     "<style>"
@@ -42,7 +42,7 @@ def render_html(finding: Finding, apply_hint: bool = False) -> str:
     parts.append(_lines_view(finding))
     if finding.fixes:
         fix = finding.fixes[0]
-        parts.append(f"<p><b>Fix</b>: {_code_spans(fix.message)}</p>")
+        parts.append(f"<p><b>{e(fix_lead(fix, True))}</b>: {_code_spans(fix.message)}</p>")
         diff = []
         for line in fix_preview(fix):
             css = "add" if line.startswith("+ ") else "del" if line.startswith("- ") else ""
@@ -56,7 +56,7 @@ def render_html(finding: Finding, apply_hint: bool = False) -> str:
     if finding.retain_graph_advice:
         parts.append(f"<p>{_code_spans(finding.retain_graph_advice)}</p>")
     for other in finding.fixes[1:]:
-        parts.append(f"<p>Or: {_code_spans(other.message)}</p>")
+        parts.append(f"<p>{e(fix_lead(other, False))}: {_code_spans(other.message)}</p>")
     if finding.confidence != "certain":
         parts.append(f"<p><i>Confidence: {e(finding.confidence)}.</i></p>")
     parts.append("</details></div>")

@@ -6,7 +6,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..model import Finding
-from .text import fix_preview, headline
+from .text import fix_lead, fix_preview, headline
 
 
 def render_rich(finding: Finding, file) -> None:
@@ -17,7 +17,7 @@ def render_rich(finding: Finding, file) -> None:
         parts.append(Text(f"    line {culprit.location.row}: {culprit.source_line}", style="dim"))
     if finding.fixes:
         parts.append(Text(""))
-        parts.append(Text(f"Fix: {finding.fixes[0].message}", style="bold green"))
+        parts.append(Text(f"{fix_lead(finding.fixes[0], True)}: {finding.fixes[0].message}", style="bold green"))
         for line in fix_preview(finding.fixes[0]):
             style = "green" if line.startswith("+ ") else "red" if line.startswith("- ") else "dim"
             parts.append(Text("    " + line, style=style))

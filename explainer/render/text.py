@@ -16,10 +16,10 @@ def render_note(finding: Finding) -> str:
         lines.append(f"  backward  {place(finding.backward.filename, finding.backward.row)}: {finding.backward.code}")
     if finding.fixes:
         lines.append("")
-        lines.append(f"Fix: {finding.fixes[0].message}")
+        lines.append(f"{fix_lead(finding.fixes[0], True)}: {finding.fixes[0].message}")
         lines.extend("    " + line for line in fix_preview(finding.fixes[0]))
         for other in finding.fixes[1:]:
-            lines.append(f"Or: {other.message}")
+            lines.append(f"{fix_lead(other, False)}: {other.message}")
     if finding.retain_graph_advice:
         lines.append("")
         lines.extend(_wrap(finding.retain_graph_advice))
@@ -27,6 +27,13 @@ def render_note(finding: Finding) -> str:
         lines.append(f"(confidence: {finding.confidence})")
     lines.append(RULE)
     return "\n".join(lines)
+
+
+def fix_lead(fix: Fix, first: bool) -> str:
+    """`Fix` for the preferred fix, `Or` for the others, saying so when the fix is not proven
+    safe: it may crash, or change what the current step trains."""
+    word = "Fix" if first else "Or"
+    return word if fix.applicability == "safe" else f"{word} (unsafe: it may change what trains)"
 
 
 def headline(finding: Finding) -> str:
