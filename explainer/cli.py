@@ -248,11 +248,27 @@ def _launcher(script: str) -> str | None:
 
 
 def _install() -> None:
-    """The hooks, as soon as the user's code imports torch (before anything of it runs)."""
+    """The hooks, as soon as the user's code imports torch (before anything of it runs), here and
+    in the Python processes the script starts."""
     from . import notes
     from .runtime import lazy
 
     lazy.install_when_torch_is_imported(notes.install_or_say_why_not)
+    _reach_child_processes()
+
+
+def _reach_child_processes() -> None:
+    """Lightning's DDP starts its other ranks as `python SCRIPT`: put the children's start-up
+    hook first on PYTHONPATH and name this run, so they are explained too. A worker of a
+    launcher (torchrun sets RANK) leaves the naming to its launcher's run id."""
+    children = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children")
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if children not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([children, *paths])
+    if "RANK" not in os.environ:
+        from .notes import RUN_VARIABLE
+
+        os.environ.setdefault(RUN_VARIABLE, str(os.getpid()))
 
 
 def _run_main(execute, path: str, json_out: str | None) -> int:

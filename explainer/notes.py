@@ -44,17 +44,25 @@ def add_note(error, call, roots, caller, calls, steps, loads=()) -> None:
                            "rank that failed.")
 
 
+# Names one `explainer run` to the processes it starts (explainer/children/sitecustomize.py
+# reads it under this name too).
+RUN_VARIABLE = "BACKWARD_EXPLAINER_RUN"
+
+
 def _rank_that_explains() -> str | None:
     """Under torch.distributed every rank fails alike: the first rank to fail explains in full,
     and the others say in one line which did (None here: this process explains). The ranks of
-    one run share a parent (torchrun's agent, or the process that spawned them), whose id names
-    the marker they race for."""
+    one run race for one marker, named after what they share."""
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    if rank is None and os.environ.get("NODE_RANK", "0") == "0":
+        rank = os.environ.get("LOCAL_RANK")  # Lightning's DDP names the rank on one machine only
     if rank is None or not world.isdigit() or int(world) < 2:
         return None
     import tempfile
 
-    run = os.environ.get("TORCHELASTIC_RUN_ID", "") + f"-{os.getppid()}"
+    # The ranks of one `explainer run` share its name (Lightning starts them from rank 0); a
+    # launcher's workers share its run id and their parent, the launcher's agent.
+    run = os.environ.get(RUN_VARIABLE) or os.environ.get("TORCHELASTIC_RUN_ID", "") + f"-{os.getppid()}"
     marker = os.path.join(tempfile.gettempdir(), f"backward-explainer-rank-{''.join(c for c in run if c.isalnum() or c == '-')}")
     mine = f"{marker}.{os.getpid()}"
     try:

@@ -398,3 +398,77 @@ def test_a_compiled_step_is_explained_or_says_why_not(tmp_path):
         "and its frames do not show the cause: run that function once without torch.compile (or under "
         "torch.compiler.disable) to have it explained.")
     assert json.loads(out.read_text())["findings"] == []
+
+
+def test_python_processes_the_script_starts_are_explained_and_keep_their_own_sitecustomize(tmp_path):
+    """`explainer run` reaches the Python processes its script starts (Lightning's DDP re-runs the
+    script as plain `python` for its other ranks): the child explains its error, and a
+    sitecustomize the user had on PYTHONPATH still runs there."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("print('their sitecustomize ran')\n")
+    write(tmp_path, "child.py", """
+        import torch
+        rnn = torch.nn.RNNCell(3, 4)
+        hidden = torch.zeros(1, 4)
+        for step in range(2):
+            hidden = rnn(torch.randn(1, 3), hidden)
+            hidden.sum().backward()
+    """)
+    write(tmp_path, "parent.py", """
+        import subprocess, sys
+        child = subprocess.run([sys.executable, "child.py"], capture_output=True, text=True)
+        print(child.stdout, end="")
+        print(child.stderr, end="")
+        plain = subprocess.run([sys.executable, "-c", "import sys; print('torch' in sys.modules)"],
+                               capture_output=True, text=True)
+        print("torch imported by a child that does not use it:", plain.stdout.split()[-1])
+    """)
+    run = _explainer("run", "parent.py", cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}{os.pathsep}{theirs}"})
+    assert run.returncode == 0, run.stderr
+    assert "their sitecustomize ran" in run.stdout
+    assert "[explainer] second-backward (BX001 carried-state): `hidden` carries" in run.stdout
+    assert "torch imported by a child that does not use it: False" in run.stdout
+
+
+def test_lightning_ddp_ranks_are_all_explained_once(tmp_path):
+    """Lightning's DDP on two CPU processes: rank 1 is started by rank 0 as plain `python SCRIPT`.
+    One rank explains in full, the other says which did in one line, and --json has the finding."""
+    write(tmp_path, "ddp_train.py", """
+        import lightning as L
+        import torch
+
+
+        class Forecaster(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.rnn = torch.nn.GRU(3, 5, batch_first=True)
+                self.head = torch.nn.Linear(5, 1)
+                self.hidden = None
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                out, self.hidden = self.rnn(x, self.hidden)
+                return torch.nn.functional.mse_loss(self.head(out), y)
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+        if __name__ == "__main__":
+            data = torch.utils.data.TensorDataset(torch.randn(8, 4, 3), torch.randn(8, 4, 1))
+            loader = torch.utils.data.DataLoader(data, batch_size=2)
+            trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=2, strategy="ddp", logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+            model = Forecaster()
+            trainer.fit(model, loader)
+    """)
+    out = tmp_path / "out.json"
+    run = _explainer("run", "--json", str(out), "ddp_train.py", cwd=tmp_path)
+    assert run.returncode == 1
+    full = [line for line in run.stderr.splitlines() if "[explainer] second-backward (BX001 carried-state)" in line]
+    short = [line for line in run.stderr.splitlines() if "Explained in full by rank" in line]
+    assert len(full) == len(short) == 1, run.stderr
+    assert {full[0][:8], short[0][:8]} == {"[rank0]:", "[rank1]:"}
+    (finding,) = json.loads(out.read_text())["findings"]
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("self.hidden", 15)
