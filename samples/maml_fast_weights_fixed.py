@@ -1,3 +1,5 @@
+# expect-kind: none
+# fix: every task makes its fast weights afresh from the model's current weights
 import torch
 import torch.nn.functional as F
 from _device import DEVICE

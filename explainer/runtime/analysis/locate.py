@@ -188,6 +188,8 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
             if key in reaching_targets and current.seq[key] >= mark:
                 carried.append(Candidate(binding, "carried",
                                          used_now=_updated_again_this_pass(current, key, reaching_targets, mark)))
+            elif _replaced_this_pass(binding, current, key, targets, mark):
+                carried.append(Candidate(binding, "carried"))
         elif grad_fn._sequence_nr() >= mark and graph.reaches(grad_fn, targets, mark):
             # e.g. an RNN's final hidden state: made by this step, not used by its loss.
             carried.append(Candidate(binding, "carried"))
@@ -236,6 +238,17 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
             if other is not None:
                 candidate.via, candidate.kept = other.via, other.kept
     return ranked
+
+
+def _replaced_this_pass(binding: naming.Binding, current: graph.Walk, key: int, targets: set[int], mark: int) -> bool:
+    """An attribute of an object given a new value in this pass after the loss read the old one
+    (`loss = loss + (summary - self.previous) ** 2; self.previous = summary`): the old value is
+    bound nowhere now, but a stale target made by the same operation as the new value is most
+    likely the attribute's value from the last pass."""
+    if not binding.steps or binding.steps[-1][0] != "attr" or binding.owner is None or current.seq[key] < mark:
+        return False
+    made_by = type(current.node(key)).__name__
+    return any(type(current.node(target)).__name__ == made_by for target in targets)
 
 
 def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
