@@ -5,7 +5,7 @@ the culprit line with a trailing `# culprit`; its fixed twin is `NAME_fixed.py`,
 `NAME_fixed_WHY.py` is a second fix that is just as right. Where the culprit autograd names
 differs on a GPU, `# expect-culprit-cuda: NAME` says what it is there. `samples()` are the
 scenarios written here; `real_cases()` those reconstructed from public reports (samples/real/);
-`library_cases()` training code run by libraries (accelerate, Lightning) (samples/libraries/).
+`library_cases()` training code run by libraries (accelerate, Lightning, the HF Trainer) (samples/libraries/).
 Used by samples/validate.py and the test suite.
 """
 from __future__ import annotations
@@ -73,6 +73,6 @@ def real_cases() -> list[Sample]:
 
 
 def library_cases() -> list[Sample]:
-    """Training code run by libraries (accelerate, Lightning), in samples/libraries/: their frames
+    """Training code run by libraries (accelerate, Lightning, the HF Trainer), in samples/libraries/: their frames
     are never the user's."""
     return _scripts(HERE / "libraries")
