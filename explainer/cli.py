@@ -266,9 +266,13 @@ def _reach_child_processes() -> None:
     if children not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([children, *paths])
     if "RANK" not in os.environ:
+        import time
+
         from .notes import RUN_VARIABLE
 
-        os.environ.setdefault(RUN_VARIABLE, str(os.getpid()))
+        # Never reused: a marker left by an earlier run must not be taken for this one's (rank 0
+        # may end before its other ranks fail, so the run cannot remove it when it ends).
+        os.environ.setdefault(RUN_VARIABLE, f"{os.getpid()}-{time.time_ns()}")
 
 
 def _run_main(execute, path: str, json_out: str | None) -> int:

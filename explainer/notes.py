@@ -49,6 +49,12 @@ def add_note(error, call, roots, caller, calls, steps, loads=()) -> None:
 RUN_VARIABLE = "BACKWARD_EXPLAINER_RUN"
 
 
+def _rank_marker(run: str) -> str:
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"backward-explainer-rank-{''.join(c for c in run if c.isalnum() or c == '-')}")
+
+
 def _rank_that_explains() -> str | None:
     """Under torch.distributed every rank fails alike: the first rank to fail explains in full,
     and the others say in one line which did (None here: this process explains). The ranks of
@@ -58,12 +64,10 @@ def _rank_that_explains() -> str | None:
         rank = os.environ.get("LOCAL_RANK")  # Lightning's DDP names the rank on one machine only
     if rank is None or not world.isdigit() or int(world) < 2:
         return None
-    import tempfile
-
     # The ranks of one `explainer run` share its name (Lightning starts them from rank 0); a
     # launcher's workers share its run id and their parent, the launcher's agent.
-    run = os.environ.get(RUN_VARIABLE) or os.environ.get("TORCHELASTIC_RUN_ID", "") + f"-{os.getppid()}"
-    marker = os.path.join(tempfile.gettempdir(), f"backward-explainer-rank-{''.join(c for c in run if c.isalnum() or c == '-')}")
+    marker = _rank_marker(os.environ.get(RUN_VARIABLE)
+                          or os.environ.get("TORCHELASTIC_RUN_ID", "") + f"-{os.getppid()}")
     mine = f"{marker}.{os.getpid()}"
     try:
         with open(mine, "w", encoding="utf-8") as claim:

@@ -463,12 +463,16 @@ def test_lightning_ddp_ranks_are_all_explained_once(tmp_path):
             model = Forecaster()
             trainer.fit(model, loader)
     """)
-    out = tmp_path / "out.json"
-    run = _explainer("run", "--json", str(out), "ddp_train.py", cwd=tmp_path)
+    out, temporary = tmp_path / "out.json", tmp_path / "tmp"
+    temporary.mkdir()
+    run = _explainer("run", "--json", str(out), "ddp_train.py", cwd=tmp_path, env={"TMPDIR": str(temporary)})
     assert run.returncode == 1
     full = [line for line in run.stderr.splitlines() if "[explainer] second-backward (BX001 carried-state)" in line]
     short = [line for line in run.stderr.splitlines() if "Explained in full by rank" in line]
     assert len(full) == len(short) == 1, run.stderr
     assert {full[0][:8], short[0][:8]} == {"[rank0]:", "[rank1]:"}
+    # The ranks raced for one marker, named so that no later run can meet it.
+    (marker,) = temporary.glob("backward-explainer-rank-*")
+    assert marker.name.count("-") == 4 and marker.read_text() in ("0", "1")
     (finding,) = json.loads(out.read_text())["findings"]
     assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("self.hidden", 15)
