@@ -65,8 +65,13 @@ def _width(node) -> int:
 def children(node, reserve: int = 0):
     """`node.next_functions` charged to this explanation's budget, or () when the budget, less
     `reserve`, cannot afford wrapping them."""
+    return _afforded_children(node, reserve) or ()
+
+
+def _afforded_children(node, reserve: int = 0):
+    """As `children`, but None when the budget cannot afford them (a walk then stops short)."""
     if not _budget.affords(node, reserve):
-        return ()
+        return None
     found = node.next_functions
     _budget.charge(node, found)
     return found
@@ -121,10 +126,11 @@ def walk(roots, *, expand=None, reserve: int = 0) -> Walk:
         seqs[key] = seq
         if expand is not None and not expand(seq):
             continue
-        if not _budget.affords(node, reserve):
+        found = _afforded_children(node, reserve)
+        if found is None:
             result.complete = False
             continue
-        for child, _ in children(node):
+        for child, _ in found:
             if child is None:
                 continue
             child_key = id(child)
@@ -228,9 +234,10 @@ def reaches(start, targets: set[int], mark: int) -> bool:
         node = queue.popleft()
         if node._sequence_nr() < mark:
             continue
-        if not _budget.affords(node):
+        found = _afforded_children(node)
+        if found is None:
             return False
-        for child, _ in children(node):
+        for child, _ in found:
             if child is None or id(child) in seen:
                 continue
             if id(child) in targets:
