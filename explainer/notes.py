@@ -44,8 +44,7 @@ def add_note(error, call, roots, caller, calls, steps, loads=()) -> None:
                            "rank that failed.")
 
 
-# Names one `explainer run` to the processes it starts (explainer/children/sitecustomize.py
-# reads it under this name too).
+# Names one `explainer run` to the processes it starts (explainer/children/sitecustomize.py).
 RUN_VARIABLE = "BACKWARD_EXPLAINER_RUN"
 
 

@@ -11,14 +11,13 @@ import sys
 
 
 def _install_when_torch_is_imported() -> None:
-    if not os.environ.get("BACKWARD_EXPLAINER_RUN"):
-        return
     try:
         from explainer import notes
         from explainer.runtime import lazy
     except ImportError:  # a Python without the explainer: nothing to install
         return
-    lazy.install_when_torch_is_imported(notes.install_or_say_why_not)
+    if os.environ.get(notes.RUN_VARIABLE):
+        lazy.install_when_torch_is_imported(notes.install_or_say_why_not)
 
 
 def _run_the_one_hidden() -> None:
