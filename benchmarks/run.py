@@ -617,11 +617,12 @@ LONG_RUNS = {
     "unrolled cell, carried": (synthetic_graphs.unrolled_cell, "steps"),
     "carried, big dict in globals": (synthetic_graphs.carried_beside_big_table, "dict entries"),
 }
+_GRAPHS = {**SYNTHETIC, **LONG_RUNS}
 
 
 def run_synthetic(variant: str, size: int, hooked: bool, profiler=None) -> dict:
     """Run one synthetic graph of `size` (nodes, steps or entries, as its table says)."""
-    build = (SYNTHETIC.get(variant) or LONG_RUNS[variant])[0]
+    build = _GRAPHS[variant][0]
     w = torch.full((1,), 0.5, requires_grad=True)
     x = torch.full((1,), 0.1)
     marks, timing = [], []
@@ -667,7 +668,7 @@ def run_synthetic(variant: str, size: int, hooked: bool, profiler=None) -> dict:
 def _synthetic_row(variant: str, size: int, reps: int) -> dict:
     """`reps` runs of one graph with and without the hook, interleaved, summarised."""
     hook_runs, none_runs = [], []
-    unit = (SYNTHETIC.get(variant) or LONG_RUNS[variant])[1]
+    unit = _GRAPHS[variant][1]
     for rep in range(reps):
         modes = ("none", "hook") if rep % 2 == 0 else ("hook", "none")
         for mode in modes:
