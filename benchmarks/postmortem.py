@@ -1,12 +1,14 @@
 """Post-mortem against hooked: how often `explainer.explain(err)`, called after the error with no
 hook installed (a user who meets the error first, then loads the tool), says what the hooked run
 says: the same kind, culprit and line, for every buggy sample (ours, samples/real/,
-samples/libraries/). Graph-growth samples raise nothing, so they are left out.
+samples/libraries/). Graph-growth samples raise nothing, so they are left out. With `--fixes`,
+each sample also runs hooked, and the figure of post-mortem `fixes[0]` equal to the hooked one
+(message, edits, applicability) is added.
 
-    .venv/bin/python benchmarks/postmortem.py [--json OUT]
+    .venv/bin/python benchmarks/postmortem.py [--fixes] [--json OUT]
 
-Each sample runs in its own process, without hooks; prints one line per sample, then the
-agreement, and its JSON.
+Each sample runs in its own process; prints one line per sample, then the agreement, and its
+JSON.
 """
 from __future__ import annotations
 
@@ -26,10 +28,12 @@ import manifest  # noqa: E402
 # the explanation of what it raised. Only the finding's facts come back.
 _CHILD = """
 import json, os, runpy, sys
-script = sys.argv[1]
+script, hooked = sys.argv[1], sys.argv[2:] == ["hooked"]
 sys.path.insert(0, os.path.dirname(script))
 sys.argv = [script]
 import explainer
+if hooked:
+    explainer.install()
 out = {"raised": None}
 try:
     runpy.run_path(script, run_name="__main__")
@@ -39,21 +43,29 @@ except Exception as error:
     if finding is not None:
         culprit = finding.culprits[0] if finding.culprits else None
         out.update(kind=finding.kind, code=finding.code, culprit=culprit and culprit.name,
-                   row=culprit and culprit.location.row)
+                   row=culprit and culprit.location.row,
+                   fix=finding.fixes[0].to_json() if finding.fixes else None)
 print(json.dumps(out))
 """
 
 
-def explain_after(sample: manifest.Sample) -> dict:
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(sample.path)], capture_output=True, text=True,
+def explain_after(sample: manifest.Sample, hooked: bool = False) -> dict:
+    """The finding's facts for `sample` explained post-mortem (or, `hooked`, as the hooks did)."""
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(sample.path), *(["hooked"] if hooked else [])],
+                          capture_output=True, text=True,
                           cwd=sample.path.parent, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "EXPLAINER_SAMPLE_DEVICE": "cpu"})
     lines = proc.stdout.strip().splitlines()
     return json.loads(lines[-1]) if lines else {"crashed": proc.stderr.strip().splitlines()[-1:]}
 
 
+def _edits(fix: dict | None):
+    return fix and (fix["message"], fix["edits"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fixes", action="store_true", help="also compare fixes[0] with the hooked run's")
     parser.add_argument("--json", metavar="OUT")
     options = parser.parse_args()
     rows = []
@@ -63,15 +75,25 @@ def main() -> int:
         got = explain_after(sample)
         expected = {"kind": sample.kind, "culprit": sample.culprit, "row": sample.culprit_row}
         same = all(got.get(k) == v for k, v in expected.items())
-        rows.append({"sample": sample.name, "same": same, "expected": expected, "post_mortem": got})
-        print(f"{'same' if same else 'DIFF'} {sample.name}" + ("" if same else f"  {got}"), file=sys.stderr,
-              flush=True)
+        row = {"sample": sample.name, "same": same, "expected": expected, "post_mortem": got}
+        if options.fixes:
+            hooked = explain_after(sample, hooked=True).get("fix")
+            row["same_fix"] = got.get("fix") == hooked
+            row["same_edits"] = _edits(got.get("fix")) == _edits(hooked)
+        rows.append(row)
+        print(f"{'same' if same else 'DIFF'}{'' if row.get('same_fix', True) else ' (fix differs)'} {sample.name}"
+              + ("" if same else f"  { {k: v for k, v in got.items() if k != 'fix'} }"), file=sys.stderr, flush=True)
     agreed = sum(r["same"] for r in rows)
     ours = [r for r in rows if "/" not in r["sample"]]
     summary = {"agreement": round(agreed / len(rows), 3), "same": agreed, "samples": len(rows),
                "ours": f"{sum(r['same'] for r in ours)}/{len(ours)}", "rows": rows}
     print(f"post-mortem says what the hooked run says on {agreed} of {len(rows)} buggy samples "
           f"({summary['agreement']:.0%}); ours {summary['ours']}")
+    if options.fixes:
+        summary["same_fix"] = sum(r["same_fix"] for r in rows)
+        summary["same_edits"] = sum(r["same_edits"] for r in rows)
+        print(f"post-mortem fixes[0] is the hooked run's on {summary['same_fix']} of {len(rows)}; "
+              f"its message and edits on {summary['same_edits']} (where not, it may be offered as unsafe)")
     if options.json:
         Path(options.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0

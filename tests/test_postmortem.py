@@ -1,6 +1,6 @@
-"""Post-mortem (`explainer.explain(err)` after the error, no hooks installed) on samples: the
-same kind, culprit and line as the hooked run. benchmarks/postmortem.py measures every sample;
-these must hold."""
+"""Post-mortem (`explainer.explain(err)` after the error, no hooks installed) on every buggy
+sample: the same kind, culprit and line as the hooked run, except the misses named below with
+their reason; benchmarks/postmortem.py prints the figure."""
 from __future__ import annotations
 
 import sys
@@ -14,16 +14,68 @@ from postmortem import explain_after  # noqa: E402
 
 import manifest  # noqa: E402
 
-BY_NAME = {s.name: s for s in manifest.samples() + manifest.real_cases() + manifest.library_cases()}
+BUGGY = [s for s in manifest.samples() + manifest.real_cases() + manifest.library_cases()
+         if s.kind not in ("none", "graph-growth")]
+BY_NAME = {s.name: s for s in BUGGY}
+
+# What post-mortem still gets wrong, and why: with no record of the calls, the source and the
+# frames do not show it.
+MISSES = {
+    "real/gfn_replay_buffer_log_probs": "the list was filled by a call two methods down "
+                                        "(`replay_buffer.add`): no frame of this pass shows that call",
+    "real/maddpg_soft_update_target_actor": "the soft update's `load_state_dict` runs in a method that no "
+                                            "frame of the failing call is in: a step is blamed instead",
+    "real/ode_load_state_dict": "the `load_state_dict` that wrote into the weight ran in an inner loop of a "
+                                "method that has returned",
+    "real/sinabs_reset_states_inplace": "last pass's state was zeroed in place and then replaced: no variable "
+                                        "holds it, and the walk from this pass's tensors runs into it",
+    "real/toshikwa_sac_policy_loss_first": "the steps run inside `update_params`, called before the failing "
+                                           "call: the source of the frame shows only the helper's name",
+    "libraries/hf_trainer_compute_loss": "the loop is the Trainer's: no user frame holds this pass's tensors",
+}
+
+
+def test_the_misses_are_buggy_samples():
+    assert set(MISSES) <= set(BY_NAME)
+    agreed = len(BUGGY) - len(MISSES)
+    assert agreed / len(BUGGY) >= 0.9, f"{agreed} of {len(BUGGY)}"
 
 
 @pytest.mark.parametrize("name", [
-    "rnn_hidden_chunks",
-    # The root read from torch's own backward frame: the user's line holds no `.backward()`.
-    "libraries/accelerate_rnn_state",
-    "libraries/lightning_rnn_state",
-])
+    pytest.param(s.name, marks=pytest.mark.xfail(reason=MISSES[s.name], strict=True)) if s.name in MISSES
+    else s.name for s in BUGGY])
 def test_post_mortem_says_what_the_hooked_run_says(name):
     sample = BY_NAME[name]
     got = explain_after(sample)
     assert (got.get("kind"), got.get("culprit"), got.get("row")) == (sample.kind, sample.culprit, sample.culprit_row), got
+
+
+@pytest.mark.parametrize("name", [
+    # two backward calls of one pass: the earlier one read from the source, its mark from its root
+    "gan_fake_reuse",
+    "multitask_two_losses",
+    # the same loss back-propagated again after `loss += loss_t`: the mark from what came after
+    "real/sam_tasks_loss_not_reset",
+    # `for loss in losses: loss.backward()`
+    "real/composer_loss_tuple",
+    # last pass's call: the mark from what this pass made, up to the held `h`
+    "state_kept_after_backward",
+    # a custom Function's backward is the innermost frame: the caller's frames are read
+    "real/sew_resnet_reset_net",
+    # the step after an earlier `backward(retain_graph=True)` of the same loss
+    "seed002_ex1_hidden_layer",
+])
+def test_post_mortem_offers_the_hooked_runs_fix(name):
+    sample = BY_NAME[name]
+    got, hooked = explain_after(sample), explain_after(sample, hooked=True)
+    assert got["fix"] is not None and got["fix"] == hooked["fix"], (got["fix"], hooked["fix"])
+
+
+def test_an_unproven_cut_of_module_state_is_not_offered_as_safe():
+    """snntorch's `self.mem` is stepped by its caller several times a pass: the hooks see that in
+    the graph, and reset each pass. Post-mortem cannot tell, so its cut is unsafe."""
+    sample = BY_NAME["real/snntorch_init_hidden_no_reset"]
+    got, hooked = explain_after(sample), explain_after(sample, hooked=True)
+    assert hooked["fix"]["applicability"] == "safe" and "Reset every" in hooked["fix"]["message"]
+    assert got["culprit"] == sample.culprit
+    assert got["fix"]["applicability"] == "unsafe", got["fix"]

@@ -1,32 +1,46 @@
 """Explain an error after the fact (`%explain` after the error, `explainer.explain(err)`): no
-backward was recorded then, so read what the traceback's frames and the graph still show."""
+backward was recorded then, so read what the traceback's frames and the graph still show, and
+rebuild from the source the calls the hooks would have recorded where the source says them."""
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import replace
 
 import torch
 
 from ..model import Finding
 from ..reading import source as src
-from . import analysis, journal, records
+from . import analysis, graph, journal, naming, records
 from .errors import kind_of
-from .records import BackwardCall
+from .records import BackwardCall, StepCall
 
 
 def explain(error: BaseException) -> Finding | None:
     known = journal.finding_for(error)
     if known is not None or kind_of(error) is None:
         return known
-    frames = records.frames_of_traceback(error.__traceback__)
+    frames = _callers_frames(error.__traceback__)
     try:
         if not frames:
             return None
         innermost = frames[0]
         filename, row = innermost.f_code.co_filename, innermost.f_lineno
         roots = _roots_from_torch(error.__traceback__) or _roots_from_source(innermost, filename, row)
-        call = BackwardCall(0, 0, (), filename, row, False, False, "backward")
-        finding = analysis.explain(error, call, roots, frames, (), ())
+        calls, steps = _earlier_calls(frames, roots)
+        calls = calls or _earlier_in_its_loop(innermost, roots)
+        call = BackwardCall(len(calls) + len(steps) + 1, 0, tuple(id(r) for r in roots), filename, row, False,
+                            False, "backward")
+        finding = None
+        if not calls:
+            last_pass, steps_after = _last_pass(frames, call, roots)
+            if last_pass:
+                after = call._replace(tick=len(last_pass) + len(steps_after) + 1)
+                finding = analysis.explain(error, after, roots, frames, last_pass, steps_after)
+                if finding is not None and finding.code == "BX012":
+                    finding = None  # the estimated split named nothing: let the source rank the suspects
+        if finding is None:
+            finding = analysis.explain(error, call, roots, frames, calls, steps)
         if finding is not None:
             if finding.confidence == "certain":  # nothing recorded the calls: read, not seen
                 finding = replace(finding, confidence="likely")
@@ -36,13 +50,260 @@ def explain(error: BaseException) -> Finding | None:
         frames.clear()
 
 
+def _earlier_calls(frames, roots) -> tuple[tuple[BackwardCall, ...], tuple[StepCall, ...]]:
+    """The backward and `autograd.grad` calls, and the optimizer steps after them, that the
+    source runs before the failing statement in the same pass (the same loop body, or the same
+    function where no loop holds it), on tensors the frame still holds, as the hooks would have
+    recorded them: the discriminator's `d_loss.backward()` before the generator's,
+    `loss1.backward()` before `loss2.backward()`, the caller's `lossG.backward()` before the
+    helper it calls backs up a penalty. Read in the innermost frame whose function shows one.
+    A call's mark is its roots' sequence number: nodes made before those roots are older than it.
+    Where the failing call back-propagates the same tensor, grown in place since (`loss +=
+    loss_t` after `loss.backward()`), it is the first node that the statements after the call
+    made, where they made one."""
+    for frame in frames:
+        source, scope, failing = _frame_statement(frame)
+        if failing is None:
+            continue
+        loops = src.loops_around(failing)
+        calls, steps = [], []
+        for stmt in _statements_in(loops[0] if loops else scope):
+            if stmt.end_lineno >= failing.lineno:
+                break
+            for call in src.calls_named(stmt, "backward", "manual_backward", "grad"):
+                called_on = _called_on(call, frame)
+                mark = max((r.grad_fn._sequence_nr() for r in called_on), default=0) + 1
+                if {id(r) for r in called_on} & {id(r) for r in roots}:
+                    mark = _first_node_made({id(v): v for v in _assigned_this_pass(frame, stmt.end_lineno)},
+                                            frames, roots) or mark
+                if called_on and mark is not None:
+                    calls.append(_recorded_call(call, called_on, mark, len(calls) + len(steps) + 1, source.filename))
+            for call in src.calls_named(stmt, "step"):
+                optimizer = _lookup(call.func.value, frame) if isinstance(call.func, ast.Attribute) else None
+                if calls and hasattr(optimizer, "param_groups"):
+                    steps.append(StepCall(len(calls) + len(steps) + 1, calls[-1].mark, weakref.ref(optimizer),
+                                          source.filename, call.lineno, call.col_offset))
+        if calls:
+            return tuple(calls), tuple(steps)
+    return (), ()
+
+
+def _earlier_in_its_loop(frame, roots) -> tuple[BackwardCall, ...]:
+    """The failing call one iteration earlier, in `for loss in losses: loss.backward()`, where
+    the frame holds the losses (`self.state.loss`, read through `ensure_tuple(...)` or
+    `enumerate(...)`): the call back-propagated the loss before this one in that sequence, after
+    the whole sequence was made."""
+    source, _, failing = _frame_statement(frame)
+    loops = src.loops_around(failing) if failing is not None else []
+    loop = loops[0] if loops else None
+    if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Name):
+        return ()
+    call = next((c for c in src.calls_named(failing, "backward") if isinstance(c.func, ast.Attribute)
+                 and isinstance(c.func.value, ast.Name) and c.func.value.id == loop.target.id), None)
+    if call is None or len(roots) != 1:
+        return ()
+    for expression in ast.walk(loop.iter):
+        held = _lookup(expression, frame) if isinstance(expression, (ast.Name, ast.Attribute)) else None
+        if not isinstance(held, (list, tuple)):
+            continue
+        position = next((i for i, value in enumerate(held) if value is roots[0]), None)
+        before = held[position - 1] if position else None
+        if isinstance(before, torch.Tensor) and before.grad_fn is not None:
+            # every loss in the sequence was made before the loop's first backward
+            mark = max(v.grad_fn._sequence_nr() for v in held if isinstance(v, torch.Tensor) and v.grad_fn) + 1
+            return (_recorded_call(call, [before], mark, 1, source.filename),)
+    return ()
+
+
+def _last_pass(frames, call: BackwardCall, roots) -> tuple[tuple[BackwardCall, ...], tuple[StepCall, ...]]:
+    """The failing call itself one pass earlier, for a backward in a loop (or in a helper that a
+    loop calls) with no other backward before it in the pass: its mark is estimated from what
+    this pass made (`_made_this_pass`); the optimizer steps after it in the source ran after it."""
+    mark = _made_this_pass(frames, roots)
+    if mark is None:
+        return (), ()
+    previous = call._replace(tick=1, mark=mark, root_ids=())
+    steps = []
+    for frame in frames[:_looping_frame(frames) + 1]:
+        source, scope, current = _frame_statement(frame)
+        if current is None:
+            continue
+        loops = src.loops_around(current)
+        for stmt in _statements_in(loops[0] if loops else scope):
+            if stmt.lineno <= current.end_lineno:
+                continue
+            for step in src.calls_named(stmt, "step"):
+                optimizer = _lookup(step.func.value, frame) if isinstance(step.func, ast.Attribute) else None
+                if hasattr(optimizer, "param_groups"):
+                    steps.append(StepCall(2 + len(steps), mark, weakref.ref(optimizer), source.filename,
+                                          step.lineno, step.col_offset))
+    return (previous,), tuple(steps)
+
+
+def _looping_frame(frames) -> int:
+    """The index of the innermost frame whose current statement is inside a loop (the last frame
+    when none is): the frames up to it ran their code in this pass only."""
+    for index, frame in enumerate(frames):
+        _, _, current = _frame_statement(frame)
+        if current is not None and src.loops_around(current):
+            return index
+    return len(frames) - 1
+
+
+def _frame_statement(frame):
+    """(source, scope, the statement running now) for a user's frame; Nones where unreadable."""
+    source = src.load(frame.f_code.co_filename)
+    scope = src.function_for_code(source, frame.f_code.co_name, frame.f_code.co_firstlineno) \
+        if source is not None else None
+    current = src.innermost_statement(scope, frame.f_lineno) if scope is not None else None
+    return source, scope, current
+
+
+# How many nodes the estimate of this pass's first node may walk: the rest of the budget stays
+# for the explanation itself.
+_PASS_WALK = 3_000
+
+
+def _made_this_pass(frames, roots) -> int | None:
+    """The sequence number of the first node this pass made, estimated without any record: walk
+    down from the tensors that statements of this pass made (`out = model(x)`, `h = a + b`,
+    still bound to the names they assigned), stopping at tensors bound in the frames some other
+    way (the `state` passed in, the list of past encodings): what that walk reaches was made in
+    this pass. None where no statement shows, or the walk does not end within its share."""
+    fresh = {}
+    for frame in frames[:_looping_frame(frames) + 1]:
+        fresh.update((id(v), v) for v in _assigned_this_pass(frame))
+    return _first_node_made(fresh, frames, roots)
+
+
+def _first_node_made(fresh: dict, frames, roots) -> int | None:
+    if not fresh:
+        return None
+    held = {id(b.value.grad_fn) for b in naming.bindings(frames)
+            if id(b.value) not in fresh and b.value.grad_fn is not None}
+    queue = [t.grad_fn for t in fresh.values()] + [r.grad_fn for r in roots if r.grad_fn is not None]
+    seen, lowest = set(), None
+    while queue:
+        node = queue.pop()
+        if node is None or id(node) in seen or id(node) in held or graph.is_leaf(node):
+            continue
+        seen.add(id(node))
+        if len(seen) > _PASS_WALK:
+            return None
+        sequence = node._sequence_nr()
+        lowest = sequence if lowest is None else min(lowest, sequence)
+        queue.extend(child for child, _ in graph.children(node))
+    return lowest
+
+
+def _assigned_this_pass(frame, after: int = 0):
+    """The tensors with history bound to plain names that the frame's statements of this pass
+    (its loop's body, or its function's, up to the running statement; those after the row
+    `after`) last assigned with an expression that makes a node: an operator, a module's
+    forward, a torch function, a tensor method. A container's `get`, or a name copied, may hand
+    back an older tensor."""
+    source, scope, current = _frame_statement(frame)
+    if current is None:
+        return
+    loops = src.loops_around(current)
+    last = {}
+    for stmt in _statements_in(loops[0] if loops else scope):
+        if stmt is current or stmt.lineno > current.lineno:
+            break  # what the running statement assigns, it has not assigned yet
+        if stmt.lineno <= after:
+            continue
+        value = src.value_of(stmt)
+        for target in src.targets_of(stmt):
+            names = target.elts if isinstance(target, ast.Tuple) else [target]
+            for name in names:
+                if isinstance(name, ast.Name):
+                    # `total = total + loss` reads the value an earlier pass made: not this pass's
+                    last[name.id] = not isinstance(stmt, ast.AugAssign) and _makes_a_node(value, frame) \
+                        and name.id not in src.names_read(value)
+    for name, makes in last.items():
+        value = frame.f_locals.get(name)
+        if makes and isinstance(value, torch.Tensor) and value.grad_fn is not None:
+            yield value
+
+
+def _makes_a_node(value, frame) -> bool:
+    """Whether an assigned expression surely makes a new tensor: an operator, a module's
+    forward, a torch function, a tensor's method. A helper of the user's may hand back a tensor
+    it keeps, as a container's `get` does."""
+    if isinstance(value, (ast.BinOp, ast.UnaryOp)):
+        return True
+    if not isinstance(value, ast.Call):
+        return False
+    callee = _lookup(value.func, frame)
+    if isinstance(callee, torch.nn.Module) or str(getattr(callee, "__module__", None) or "").startswith("torch"):
+        return True
+    if isinstance(value.func, ast.Attribute):
+        owner = _lookup(value.func.value, frame)
+        return isinstance(owner, (torch.Tensor, torch.nn.Module)) or getattr(owner, "__name__", "") in (
+            "torch", "torch.nn.functional")
+    return False
+
+
+def _recorded_call(call: ast.Call, roots, mark: int, tick: int, filename: str) -> BackwardCall:
+    retain = any(k.arg in ("retain_graph", "create_graph") and isinstance(k.value, ast.Constant)
+                 and k.value.value is True for k in call.keywords)
+    api = "grad" if src.call_named(call, "grad") is call else "backward"
+    return BackwardCall(tick, mark, tuple(id(r) for r in roots), filename, call.lineno, retain, False, api,
+                        call.col_offset)
+
+
+def _statements_in(scope):
+    """The simple statements of `scope` in source order, not those of a nested def or class."""
+    simple = [n for n in src.own_nodes(scope) if isinstance(n, ast.stmt) and not hasattr(n, "body")]
+    return sorted(simple, key=lambda n: (n.lineno, n.col_offset))
+
+
+def _called_on(call: ast.Call, frame) -> list:
+    """The tensors with history a backward call's source names, as the frame holds them now:
+    `loss` of `loss.backward()`, `d_loss` of `accelerator.backward(d_loss)`, the outputs of
+    `torch.autograd.grad(loss, inputs)`."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name == "backward" and isinstance(func, ast.Attribute) and not call.args:
+        candidate = func.value
+    elif call.args:
+        candidate = call.args[0]
+    else:
+        candidate = next((k.value for k in call.keywords if k.arg in ("tensors", "outputs", "loss")), None)
+    if candidate is None:
+        return []
+    value = _lookup(candidate, frame)
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+
+
+def _callers_frames(tb) -> list:
+    """The user's frames of a traceback, innermost first, up to the one that called torch's
+    `backward` or `grad`, as the hooks see them: a custom Function's `backward`, run by the
+    engine inside the failing call, is not where the user called it."""
+    frames, at = [], tb
+    while at is not None:
+        frame = at.tb_frame
+        if _in_torch_backward(frame):
+            break
+        if records.is_user_frame(frame):
+            frames.append(frame)
+        at = at.tb_next
+    frames.reverse()
+    return frames or records.frames_of_traceback(tb)
+
+
+def _in_torch_backward(frame) -> bool:
+    return frame.f_code.co_filename.startswith(records.TORCH_DIR) and frame.f_code.co_name in ("backward", "grad")
+
+
 def _roots_from_torch(tb) -> list:
     """The tensors the failing call back-propagated from, as torch's own `backward` or `grad`
     frame in the traceback holds them (`self`, `tensors`, `outputs`): exact, and there however
     the user's code reached it (`accelerator.backward(loss)`, Lightning's loops)."""
     while tb is not None:
         frame = tb.tb_frame
-        if frame.f_code.co_filename.startswith(records.TORCH_DIR) and frame.f_code.co_name in ("backward", "grad"):
+        if _in_torch_backward(frame):
             for name in ("self", "tensors", "outputs"):
                 value = frame.f_locals.get(name)
                 values = [value] if isinstance(value, torch.Tensor) else \
@@ -80,7 +341,13 @@ def _lookup(node: ast.expr, frame):
         return frame.f_globals.get(node.id)
     if isinstance(node, ast.Attribute):
         owner = _lookup(node.value, frame)
-        return getattr(owner, "__dict__", {}).get(node.attr) if owner is not None else None
+        if owner is None:
+            return None
+        found = getattr(owner, "__dict__", {}).get(node.attr)
+        if found is None and isinstance(owner, torch.nn.Module):  # `self.netD`: kept in `_modules`
+            found = next((d[node.attr] for d in (owner._modules, owner._parameters, owner._buffers)
+                          if node.attr in d), None)
+        return found
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
         owner = _lookup(node.value, frame)
         try:

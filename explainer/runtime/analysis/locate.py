@@ -213,7 +213,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
             continue
         if candidate.used_now and _updated_within_one_call(located):
             candidate.used_now = False
-        elif not candidate.used_now and _read_again_in_its_loop(located):
+        elif not candidate.used_now and read_again_in_its_loop(located):
             candidate.used_now = True
         if located.carried:
             carried_located.append(candidate)
@@ -380,7 +380,7 @@ def _updated_within_one_call(located: Located) -> bool:
     return False
 
 
-def _read_again_in_its_loop(located: Located) -> bool:
+def read_again_in_its_loop(located: Located) -> bool:
     """`for t in ...: h = self.v + x[t]; self.v = f(h)` in a method: the state stored at one
     time step is read at the next, within the same pass."""
     if located.class_node is None or not isinstance(located.store, ast.stmt):

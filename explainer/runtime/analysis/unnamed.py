@@ -12,7 +12,7 @@ from ..records import BackwardCall
 from .carried import carried_fixes
 from .context import Context
 from .evidence import culprit, finding, made_at
-from .locate import Candidate, locate, self_referencing_carrier, shares_history
+from .locate import Candidate, locate, read_again_in_its_loop, self_referencing_carrier, shares_history
 from .made_once import repeating_owner
 
 
@@ -58,7 +58,13 @@ def unrecorded(ctx: Context, roots, walked: graph.Walk | None = None) -> Finding
     located = best.located
     best.name = located.target_text
     if best.relation == "carried":
-        code, variant, fixes = "BX001", "likely-carried", carried_fixes(ctx, best, failing)
+        code, variant = "BX001", "likely-carried"
+        # Without a mark, only the source can tell a module's state updated within the pass;
+        # where it does not, a cut of that state is not proven to leave this pass alone.
+        best.used_now = read_again_in_its_loop(located)
+        fixes = carried_fixes(ctx, best, failing)
+        if located.class_node is not None and not best.used_now:
+            fixes = [fix.unproven() if fix is not None else None for fix in fixes]
     elif best.relation == "stored":
         code, variant = "BX005", "likely-stored"
         fixes = [detach_carried.detach_stored_value(located.source, located.store, best.name)]
