@@ -190,6 +190,55 @@ def test_a_module_runs_as_python_dash_m_runs_it_and_is_explained(tmp_path):
     assert package.returncode == 1 and "[explainer]" in package.stderr and "__main__.py" in package.stdout
 
 
+MODULE_TRAINS = """
+    import torch
+    torch.manual_seed(0)
+    rnn = torch.nn.RNNCell(3, 4)
+    opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
+    hidden = torch.zeros(1, 4)
+    for step in range(3):
+        hidden = rnn(torch.randn(1, 3), hidden)
+        opt.zero_grad()
+        hidden.sum().backward()
+        opt.step()
+"""
+
+
+def _trains_like(script, twin, tmp_path) -> list[str]:
+    """Why `script` does not train what `twin` trains (empty when it does), seeded alike."""
+    sys.path.insert(0, str(ROOT / "samples"))
+    import trained
+
+    return trained.like_a_twin(trained.trained_by(script, tmp_path / "fixed.pt"), [twin], tmp_path)
+
+
+def _with_fix(script, fix: dict):
+    from explainer.fixes.edits import apply_edits
+    from explainer.model import Fix
+
+    patched = script.with_name(f"{script.stem}_patched.py")
+    patched.write_text(apply_edits(script.read_text(), Fix.from_json(fix).edits))
+    return patched
+
+
+def test_a_module_entry_points_fix_trains_what_its_twin_trains(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "__init__.py").write_text("")
+    train = write(tmp_path / "src", "train.py", MODULE_TRAINS)
+    twin = write(tmp_path, "twin.py", MODULE_TRAINS.replace("rnn(torch.randn(1, 3), hidden)",
+                                                            "rnn(torch.randn(1, 3), hidden.detach())"))
+    out = tmp_path / "out.json"
+    assert _explainer("run", "--json", str(out), "-m", "src.train", cwd=tmp_path).returncode == 1
+    (finding,) = json.loads(out.read_text())["findings"]
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("hidden", 8)
+    fixed = _with_fix(train, finding["fixes"][0])
+    assert subprocess.run([sys.executable, str(fixed)], capture_output=True, cwd=tmp_path).returncode == 0
+    assert _trains_like(fixed, twin, tmp_path) == []
+    # the comparison can fail: the buggy script's first step alone is not the twin's training
+    first_step_only = write(tmp_path, "one_step.py", MODULE_TRAINS.replace("range(3)", "range(1)"))
+    assert _trains_like(first_step_only, twin, tmp_path) != []
+
+
 def test_a_missing_module_is_one_line_like_python(tmp_path):
     out = tmp_path / "out.json"
     run = _explainer("run", "--json", str(out), "-m", "no_such_module", cwd=tmp_path)
@@ -218,7 +267,7 @@ def test_run_needs_a_script_or_a_module(tmp_path):
     assert run.returncode == 2 and run.stderr.splitlines()[-1].endswith("error: run needs SCRIPT or -m MODULE")
 
 
-def test_the_torchrun_recipe_explains_once_from_the_first_failing_rank(tmp_path):
+def test_the_torchrun_recipe_explains_once_from_the_first_failing_rank(tmp_path, monkeypatch):
     """The documented recipe, with two gloo processes: `torchrun ... -m explainer run SCRIPT`."""
     train = write(tmp_path, "ddp_train.py", """
         import torch
@@ -250,6 +299,25 @@ def test_the_torchrun_recipe_explains_once_from_the_first_failing_rank(tmp_path)
                              f"Explained in full by rank {first}, the first rank that failed.")
     (finding,) = json.loads(out.read_text())["findings"]
     assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("hidden", 10)
+
+    # fixes[0] trains what the twin trains: each rank runs the same code, so one rank is compared
+    # (a world of one, on gloo), seeded alike.
+    twin = write(tmp_path, "ddp_twin.py", train.read_text().replace("model(torch.randn(2, 5, 3), hidden)",
+                                                                    "model(torch.randn(2, 5, 3), hidden.detach())"))
+    fixed = _with_fix(train, finding["fixes"][0])
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert _trains_like(fixed, twin, tmp_path) == []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_a_script_gets_the_globals_python_gives_it(tmp_path):
