@@ -1,0 +1,141 @@
+"""A picture of where the history crosses the boundary: what the earlier part made and freed (or
+saved, then changed in place), the tensor that carries it across, the backward that needs it
+now, and the line `fixes[0]` edits. Drawn from the finding's evidence only, never from the graph: a
+graph of 10^6 nodes gives the same few rows as one of 20.
+
+`timeline(finding)` is the layout (facts); `text(...)` and `svg(...)` draw it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+from ..model import CallSite, Finding
+
+# The kinds whose error is about time: history made before a boundary, needed after it.
+_KINDS = ("second-backward", "inplace-modified", "graph-growth")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One event on the timeline: a line of the user's and what it did there."""
+
+    row: int
+    code: str
+    role: str  # a key of _SAYS
+
+
+@dataclass(frozen=True)
+class Timeline:
+    carrier: str
+    earlier: tuple[Row, ...]
+    now: tuple[Row, ...]
+    cut: int | None  # the first row fixes[0] edits, in the finding's file
+    inplace: bool
+
+
+def timeline(finding: Finding) -> Timeline | None:
+    """The finding's events in order, or None where there is no boundary to draw (a no-grad
+    cut, a checker's finding that never ran)."""
+    evidence = finding.evidence
+    if finding.kind not in _KINDS or evidence.backward is None or not evidence.carrier:
+        return None
+    inplace = finding.kind == "inplace-modified"
+    earlier: list[Row] = []
+    if evidence.made_at is not None:
+        earlier.append(_row(evidence.made_at, "saves" if inplace else "makes"))
+    if evidence.freed_by is not None:
+        earlier.append(_row(evidence.freed_by, "retains" if finding.kind == "graph-growth" else "frees"))
+    earlier.extend(_row(step, "changes" if inplace else "steps") for step in evidence.steps)
+    now = (_row(evidence.backward, "needs"),)
+    fix = finding.fixes[0] if finding.fixes else None
+    rows = sorted(e.location.row for e in fix.edits if e.filename == finding.filename) if fix else []
+    return Timeline(evidence.carrier, tuple(earlier), now, rows[0] if rows else None, inplace)
+
+
+def _row(site: CallSite, role: str) -> Row:
+    return Row(site.row, site.code, role)
+
+
+# What each role says beside its line; the kind's own words for the boundary.
+_SAYS = {"makes": "makes `{carrier}`", "saves": "saves `{carrier}` for backward", "frees": "frees its graph", "retains": "keeps its graph",
+         "steps": "optimizer step", "changes": "changes it in place", "needs": "needs it: the error"}
+
+
+def text(line: Timeline) -> list[str]:
+    """The timeline as monospace lines, for the terminal note and rich output."""
+    width = max(len(r.code) for r in (*line.earlier, *line.now))
+    gutter = max(len(str(r.row)) for r in (*line.earlier, *line.now))
+
+    def event(label: str, row: Row) -> str:
+        says = _SAYS[row.role].format(carrier=line.carrier)
+        return f"  {label:<7} ┊ {row.row:>{gutter}}  {row.code:<{width}}  {says}"
+
+    crossing = f" `{line.carrier}` {'saved before the change' if line.inplace else 'crosses'} "
+    out = [event("earlier" if i == 0 else "", r) for i, r in enumerate(line.earlier)]
+    out.append(f"  {'═' * 7}═╪═══{crossing}{'═' * max(3, width + gutter + 8 - len(crossing))}")
+    out.extend(event("now" if i == 0 else "", r) for i, r in enumerate(line.now))
+    if line.cut is not None:
+        out.append(f"  {'fix':<7} ┊ {line.cut:>{gutter}}  edits here")
+    return out
+
+
+# Colours on the diagram's own background, so that it reads the same in light and dark themes
+# and when a sanitiser drops any stylesheet: every label is ≥ 4.5:1 against BACKGROUND.
+BACKGROUND = "#ffffff"
+INK = "#1f2328"  # the current part
+FADED = "#57606a"  # the earlier, freed part
+ACCENT = "#9a4d00"  # the carrier and the cut
+FREED_FILL = "#eaeef2"
+
+_ROW_HEIGHT, _LEFT, _CODE = 22, 12, 110
+
+
+def svg(line: Timeline) -> str:
+    """The timeline as a self-contained SVG: attributes only (no <style>, no script)."""
+    rows = len(line.earlier) + 1 + len(line.now) + (1 if line.cut is not None else 0)
+    width = max(520, _CODE + 8 * max(len(r.code) + len(_SAYS[r.role]) + 6 for r in (*line.earlier, *line.now))
+                + 8 * len(line.carrier))
+    height = _ROW_HEIGHT * (rows + 1)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" font-family="monospace" font-size="13">',
+             f"<title>{escape(_title(line))}</title>",
+             f'<rect width="{width}" height="{height}" fill="{BACKGROUND}"/>']
+    y = _ROW_HEIGHT
+    top = y - 15
+    for i, row in enumerate(line.earlier):
+        parts.append(_label(_LEFT, y, "earlier" if i == 0 else "", FADED))
+        parts.append(_event(y, row, line.carrier, FADED))
+        y += _ROW_HEIGHT
+    parts.insert(3, f'<rect x="{_CODE - 8}" y="{top}" width="{width - _CODE}" height="{y - top - 15}" '
+                    f'fill="{FREED_FILL}"/>')
+    crossing = f"`{line.carrier}` {'saved before the change' if line.inplace else 'crosses'}"
+    parts.append(f'<line x1="{_LEFT}" y1="{y - 5}" x2="{width - _LEFT}" y2="{y - 5}" stroke="{ACCENT}" '
+                 f'stroke-width="2" stroke-dasharray="6 4"/>')
+    parts.append(f'<text x="{_CODE}" y="{y - 9}" fill="{ACCENT}" font-weight="bold">{escape(crossing)}</text>')
+    y += _ROW_HEIGHT
+    for i, row in enumerate(line.now):
+        parts.append(_label(_LEFT, y, "now" if i == 0 else "", INK))
+        parts.append(_event(y, row, line.carrier, INK))
+        y += _ROW_HEIGHT
+    if line.cut is not None:
+        parts.append(_label(_LEFT, y, "fix", ACCENT))
+        parts.append(f'<text x="{_CODE}" y="{y}" fill="{ACCENT}">{line.cut}  edits here</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _title(line: Timeline) -> str:
+    if line.inplace:
+        return f"`{line.carrier}` was saved for this backward, then changed in place"
+    return f"`{line.carrier}` carries history from before the earlier backward into this one"
+
+
+def _label(x: int, y: int, label: str, colour: str) -> str:
+    return f'<text x="{x}" y="{y}" fill="{colour}">{escape(label)}</text>' if label else ""
+
+
+def _event(y: int, row: Row, carrier: str, colour: str) -> str:
+    says = _SAYS[row.role].format(carrier=carrier)
+    return (f'<text x="{_CODE}" y="{y}" fill="{colour}">{row.row}  {escape(row.code)}'
+            f'<tspan dx="12" font-style="italic">{escape(says)}</tspan></text>')
