@@ -20,11 +20,12 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run", help="run a script with the explainer installed",
-        usage="python -m explainer run [-h] [--json OUT] (SCRIPT | -m MODULE) [ARGS ...]",
+        usage="python -m explainer run [-h] [--json OUT] [--svg OUT] (SCRIPT | -m MODULE) [ARGS ...]",
         description="Run SCRIPT as `python SCRIPT ARGS...` would (or MODULE as `python -m MODULE ARGS...`), "
                     "with the explainer installed.",
     )
     run.add_argument("--json", metavar="OUT", help="write the findings as JSON to OUT (always written)")
+    run.add_argument("--svg", metavar="OUT", help="draw the explained error's boundary as an SVG picture in OUT")
     run.add_argument("-m", dest="module", metavar="MODULE",
                      help="run a module as `python -m` does; what follows it are its arguments")
     run.add_argument("script", metavar="SCRIPT", nargs="?")
@@ -67,13 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     if module_at is not None:
         # As python's own `-m`: everything after MODULE is the module's, options included.
         options = _parser().parse_args(argv[:module_at + 2])
-        return run_module(options.module, argv[module_at + 2:], options.json)
+        return run_module(options.module, argv[module_at + 2:], options.json, options.svg)
     parser = _parser()
     options = parser.parse_args(argv)
     if options.command == "run":
         if options.script is None:
             parser.error("run needs SCRIPT or -m MODULE")
-        return run(options.script, options.args, options.json)
+        return run(options.script, options.args, options.json, options.svg)
     if options.command == "check":
         return check(options.paths, options.format, options.select, options.ignore, options.fix,
                      options.unsafe_fixes, options.diff, options.statistics)
@@ -130,25 +131,28 @@ def show_rule(code: str) -> int:
 
 
 def _module_flag(argv: list[str]) -> int | None:
-    """The index of `-m` in `run [--json OUT] -m MODULE ...`, or None."""
+    """The index of `-m` in `run [--json OUT] [--svg OUT] -m MODULE ...`, or None."""
     if not argv or argv[0] != "run":
         return None
     i = 1
     while i < len(argv):
         if argv[i] == "-m":
             return i if i + 1 < len(argv) else None
-        if argv[i] == "--json":
+        if argv[i] in ("--json", "--svg"):
             i += 2
-        elif argv[i].startswith("--json="):
+        elif argv[i].startswith(("--json=", "--svg=")):
             i += 1
         else:
             return None
     return None
 
 
-def run(script: str, args: list[str], json_out: str | None) -> int:
+def run(script: str, args: list[str], json_out: str | None, svg_out: str | None = None) -> int:
     """`python SCRIPT ARGS`, with the explainer installed."""
     if _refused(json_out):
+        return 2
+    if _refused(svg_out, "--svg"):
+        _write_json(json_out, [])
         return 2
     if not os.path.isfile(script):
         print(f"explainer: can't open file {script!r}: no such file", file=sys.stderr)
@@ -163,7 +167,7 @@ def run(script: str, args: list[str], json_out: str | None) -> int:
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     path = os.path.abspath(script)
-    return _run_main(lambda: _run_as_main(path), path, json_out)
+    return _run_main(lambda: _run_as_main(path), path, json_out, svg_out)
 
 
 def _run_as_main(path: str) -> None:
@@ -190,10 +194,13 @@ def _run_as_main(path: str) -> None:
             sys.modules["__main__"] = saved
 
 
-def run_module(module: str, args: list[str], json_out: str | None) -> int:
+def run_module(module: str, args: list[str], json_out: str | None, svg_out: str | None = None) -> int:
     """`python -m MODULE ARGS`, with the explainer installed: the current folder first on
     sys.path, sys.argv[0] the module's file, a package run through its `__main__`."""
     if _refused(json_out):
+        return 2
+    if _refused(svg_out, "--svg"):
+        _write_json(json_out, [])
         return 2
     _install()
     sys.path[0] = os.getcwd()
@@ -203,7 +210,7 @@ def run_module(module: str, args: list[str], json_out: str | None) -> int:
         _write_json(json_out, [])
         return 1
     sys.argv = [path, *args]
-    return _run_main(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True), path, json_out)
+    return _run_main(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True), path, json_out, svg_out)
 
 
 def _module_file(module: str) -> str | None:
@@ -275,8 +282,9 @@ def _reach_child_processes() -> None:
         os.environ.setdefault(RUN_VARIABLE, f"{os.getpid()}-{time.time_ns()}")
 
 
-def _run_main(execute, path: str, json_out: str | None) -> int:
-    """Run the script or module as __main__; report, write --json and hand off its findings."""
+def _run_main(execute, path: str, json_out: str | None, svg_out: str | None = None) -> int:
+    """Run the script or module as __main__; report, write --json (and --svg) and hand off its
+    findings."""
     import threading
 
     from . import notes
@@ -315,6 +323,7 @@ def _run_main(execute, path: str, json_out: str | None) -> int:
     error = None
     died_in_threads.clear()
     _write_json(json_out, findings)
+    _write_svg(svg_out, errors)
     from . import handoff
 
     handoff.publish(path, findings, where=os.path.dirname(path))
@@ -344,17 +353,17 @@ def _exit_code(value) -> int:
     return 1
 
 
-def _refused(json_out: str | None) -> bool:
-    """Whether `--json OUT` cannot be written, said in one line before anything runs: a long
-    training must not end in this."""
-    problem = _unwritable(json_out)
+def _refused(out: str | None, option: str = "--json") -> bool:
+    """Whether `--json OUT` (or `--svg OUT`) cannot be written, said in one line before anything
+    runs: a long training must not end in this."""
+    problem = _unwritable(out)
     if problem is not None:
-        print(f"explainer: can't write --json {json_out!r}: {problem}", file=sys.stderr)
+        print(f"explainer: can't write {option} {out!r}: {problem}", file=sys.stderr)
     return problem is not None
 
 
 def _unwritable(path: str | None) -> str | None:
-    """Why `--json PATH` cannot be written, or None."""
+    """Why an output file at PATH cannot be written, or None."""
     if not path:
         return None
     folder = os.path.dirname(os.path.abspath(path))
@@ -365,6 +374,24 @@ def _unwritable(path: str | None) -> str | None:
     if not os.access(folder, os.W_OK):
         return f"the folder {folder} is not writable"
     return None
+
+
+def _write_svg(path: str | None, errors) -> None:
+    """Write the boundary picture of the error the script ended with; where there is none to
+    draw, say so in one line and write nothing."""
+    if not path:
+        return
+    from .render import diagram
+
+    drawn = next((t for t in map(diagram.timeline, errors) if t is not None), None)
+    if drawn is None:
+        print(f"explainer: no explained error to draw; --svg {path!r} not written", file=sys.stderr)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(diagram.svg(drawn) + "\n")
+    except OSError as error:
+        print(f"explainer: can't write --svg {path!r}: {error.strerror or error}", file=sys.stderr)
 
 
 def _write_json(path: str | None, findings) -> None:

@@ -98,10 +98,11 @@ class Run:
     findings: list
 
 
-def run_explainer(script: Path, *args: str, tmp_path: Path, cwd: Path = ROOT, env=None) -> Run:
+def run_explainer(script: Path, *args: str, tmp_path: Path, cwd: Path = ROOT, env=None, svg: Path | None = None) -> Run:
     out = tmp_path / f"{script.stem}.findings.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "explainer", "run", "--json", str(out), str(script), *args],
+        [sys.executable, "-m", "explainer", "run", "--json", str(out), *(["--svg", str(svg)] if svg else []),
+         str(script), *args],
         capture_output=True, text=True, cwd=cwd, timeout=300,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )

@@ -89,3 +89,28 @@ def _contrast(first: str, second: str) -> float:
 
     light, dark = sorted((luminance(first), luminance(second)), reverse=True)
     return (light + 0.05) / (dark + 0.05)
+
+
+def test_run_writes_the_errors_picture_with_svg(tmp_path):
+    """`explainer run --svg OUT` draws the finding it writes to --json; a script with no
+    explained error gets one line, and no file."""
+    out = tmp_path / "boundary.svg"
+    ran = run_explainer(BY_NAME["rnn_hidden_chunks"].path, tmp_path=tmp_path, svg=out)
+    (data,) = ran.findings
+    assert out.read_text() == diagram.svg(diagram.timeline(Finding.from_json(data))) + "\n"
+
+    clean = tmp_path / "clean.py"
+    clean.write_text("print('fine')\n")
+    nothing = tmp_path / "nothing.svg"
+    ran = run_explainer(clean, tmp_path=tmp_path, svg=nothing)
+    assert ran.returncode == 0 and not nothing.exists()
+    assert ran.stderr == f"explainer: no explained error to draw; --svg {str(nothing)!r} not written\n"
+
+
+def test_an_unwritable_svg_is_refused_before_the_script_runs(tmp_path):
+    marker = tmp_path / "ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(marker)!r}, 'w')\n")
+    ran = run_explainer(script, tmp_path=tmp_path, svg=tmp_path / "missing" / "out.svg")
+    assert ran.returncode == 2 and not marker.exists() and ran.findings == []
+    assert ran.stderr.startswith("explainer: can't write --svg ") and ran.stderr.count("\n") == 1
