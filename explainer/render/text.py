@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..model import Finding, Fix
 from ..places import place
+from . import diagram
 
 RULE = "─" * 72
 
@@ -14,6 +15,9 @@ def render_note(finding: Finding) -> str:
         lines.append(f"    {place(culprit.filename, culprit.location.row)}: {culprit.source_line}")
     if finding.backward:
         lines.append(f"  backward  {place(finding.backward.filename, finding.backward.row)}: {finding.backward.code}")
+    drawn = diagram.timeline(finding)
+    if drawn is not None:
+        lines.extend(["", *diagram.text(drawn)])
     if finding.fixes:
         lines.append("")
         lines.append(f"{fix_lead(finding.fixes[0], True)}: {finding.fixes[0].message}")
