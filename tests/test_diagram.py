@@ -114,3 +114,18 @@ def test_an_unwritable_svg_is_refused_before_the_script_runs(tmp_path):
     ran = run_explainer(script, tmp_path=tmp_path, svg=tmp_path / "missing" / "out.svg")
     assert ran.returncode == 2 and not marker.exists() and ran.findings == []
     assert ran.stderr.startswith("explainer: can't write --svg ") and ran.stderr.count("\n") == 1
+
+
+def test_the_note_and_the_rich_panel_show_the_timeline(findings):
+    import io
+
+    from explainer.render.terminal import render_rich
+    from explainer.render.text import render_note
+
+    finding = findings["gan_fake_reuse"]
+    lines = diagram.text(diagram.timeline(finding))
+    assert "\n".join(lines) in render_note(finding)
+    rich = io.StringIO()
+    render_rich(finding, rich)
+    shown = rich.getvalue()
+    assert all(line.strip() in shown for line in lines), shown

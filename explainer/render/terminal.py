@@ -6,6 +6,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from ..model import Finding
+from . import diagram
 from .text import fix_lead, fix_preview, headline
 
 
@@ -15,6 +16,12 @@ def render_rich(finding: Finding, file) -> None:
     for culprit in finding.culprits:
         parts.append(Text.assemble(("  " + culprit.name, "bold red"), f"  ({culprit.role})"))
         parts.append(Text(f"    line {culprit.location.row}: {culprit.source_line}", style="dim"))
+    drawn = diagram.timeline(finding)
+    if drawn is not None:
+        # the earlier, freed part faded; the crossing marked; the fix's line bold
+        styles = ["dim"] * len(drawn.earlier) + ["bold red"] + [""] * len(drawn.now) + ["bold"]
+        parts.append(Text(""))
+        parts.extend(Text(line, style=style) for line, style in zip(diagram.text(drawn), styles))
     if finding.fixes:
         parts.append(Text(""))
         parts.append(Text(f"{fix_lead(finding.fixes[0], True)}: {finding.fixes[0].message}", style="bold green"))
