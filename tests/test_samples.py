@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import boundary_labels
 import pytest
 
 import manifest
@@ -86,6 +87,8 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
             " ".join(finding["message"].split())
     # The JSON is the Finding, whole: an editor reading it back gets the same facts and sentences.
     assert Finding.from_json(finding).to_json() == finding
+    # Its boundary picture, in text and SVG, shows the finding's own carrier, lines and calls.
+    assert boundary_labels.missing(finding) == []
 
     fix = finding["fixes"][0]
     assert {e["filename"] for e in fix["edits"]} == {str(sample.path)}
