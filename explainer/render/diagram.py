@@ -30,7 +30,7 @@ class Timeline:
     carrier: str
     earlier: tuple[Row, ...]
     now: tuple[Row, ...]
-    cut: int | None  # the first row fixes[0] edits, in the finding's file
+    fix_row: int | None  # the first row fixes[0] edits, in the finding's file
     inplace: bool
 
 
@@ -47,7 +47,7 @@ def timeline(finding: Finding) -> Timeline | None:
     if evidence.freed_by is not None:
         earlier.append(_row(evidence.freed_by, "retains" if finding.kind == "graph-growth" else "frees"))
     earlier.extend(_row(step, "changes" if inplace else "steps") for step in evidence.steps)
-    now = (_row(evidence.backward, "needs"),)
+    now = (_row(evidence.backward, "walks" if finding.kind == "graph-growth" else "needs"),)
     fix = finding.fixes[0] if finding.fixes else None
     rows = sorted(e.location.row for e in fix.edits if e.filename == finding.filename) if fix else []
     return Timeline(evidence.carrier, tuple(earlier), now, rows[0] if rows else None, inplace)
@@ -58,8 +58,9 @@ def _row(site: CallSite, role: str) -> Row:
 
 
 # What each role says beside its line; the kind's own words for the boundary.
-_SAYS = {"makes": "makes `{carrier}`", "saves": "saves `{carrier}` for backward", "frees": "frees its graph", "retains": "keeps its graph",
-         "steps": "optimizer step", "changes": "changes it in place", "needs": "needs it: the error"}
+_SAYS = {"makes": "makes `{carrier}`", "saves": "saves `{carrier}` for backward", "frees": "frees its graph",
+         "retains": "keeps its graph", "steps": "optimizer step", "changes": "changes it in place",
+         "needs": "needs it: the error", "walks": "goes through it all again"}
 
 
 def text(line: Timeline) -> list[str]:
@@ -75,8 +76,8 @@ def text(line: Timeline) -> list[str]:
     out = [event("earlier" if i == 0 else "", r) for i, r in enumerate(line.earlier)]
     out.append(f"  {'═' * 7}═╪═══{crossing}{'═' * max(3, width + gutter + 8 - len(crossing))}")
     out.extend(event("now" if i == 0 else "", r) for i, r in enumerate(line.now))
-    if line.cut is not None:
-        out.append(f"  {'fix':<7} ┊ {line.cut:>{gutter}}  edits here")
+    if line.fix_row is not None:
+        out.append(f"  {'fix':<7} ┊ {line.fix_row:>{gutter}}  edits here")
     return out
 
 
@@ -85,7 +86,7 @@ def text(line: Timeline) -> list[str]:
 BACKGROUND = "#ffffff"
 INK = "#1f2328"  # the current part
 FADED = "#57606a"  # the earlier, freed part
-ACCENT = "#9a4d00"  # the carrier and the cut
+ACCENT = "#9a4d00"  # the crossing and the fix's line
 FREED_FILL = "#eaeef2"
 
 _ROW_HEIGHT, _LEFT, _CODE = 22, 12, 110
@@ -93,7 +94,7 @@ _ROW_HEIGHT, _LEFT, _CODE = 22, 12, 110
 
 def svg(line: Timeline) -> str:
     """The timeline as a self-contained SVG: attributes only (no <style>, no script)."""
-    rows = len(line.earlier) + 1 + len(line.now) + (1 if line.cut is not None else 0)
+    rows = len(line.earlier) + 1 + len(line.now) + (1 if line.fix_row is not None else 0)
     width = max(520, _CODE + 8 * max(len(r.code) + len(_SAYS[r.role]) + 6 for r in (*line.earlier, *line.now))
                 + 8 * len(line.carrier))
     height = _ROW_HEIGHT * (rows + 1)
@@ -118,9 +119,9 @@ def svg(line: Timeline) -> str:
         parts.append(_label(_LEFT, y, "now" if i == 0 else "", INK))
         parts.append(_event(y, row, line.carrier, INK))
         y += _ROW_HEIGHT
-    if line.cut is not None:
+    if line.fix_row is not None:
         parts.append(_label(_LEFT, y, "fix", ACCENT))
-        parts.append(f'<text x="{_CODE}" y="{y}" fill="{ACCENT}">{line.cut}  edits here</text>')
+        parts.append(f'<text x="{_CODE}" y="{y}" fill="{ACCENT}">{line.fix_row}  edits here</text>')
     parts.append("</svg>")
     return "".join(parts)
 
