@@ -206,8 +206,7 @@ MODULE_TRAINS = """
 
 def _trains_like(script, twin, tmp_path) -> list[str]:
     """Why `script` does not train what `twin` trains (empty when it does), seeded alike."""
-    sys.path.insert(0, str(ROOT / "samples"))
-    import trained
+    import trained  # samples/, on the path conftest sets
 
     return trained.like_a_twin(trained.trained_by(script, tmp_path / "fixed.pt"), [twin], tmp_path)
 

@@ -76,13 +76,10 @@ def _earlier_calls(frames, roots) -> tuple[tuple[BackwardCall, ...], tuple[StepC
                 if {id(r) for r in called_on} & {id(r) for r in roots}:
                     mark = _first_node_made({id(v): v for v in _assigned_this_pass(frame, stmt.end_lineno)},
                                             frames, roots) or mark
-                if called_on and mark is not None:
+                if called_on:
                     calls.append(_recorded_call(call, called_on, mark, len(calls) + len(steps) + 1, source.filename))
-            for call in src.calls_named(stmt, "step"):
-                optimizer = _lookup(call.func.value, frame) if isinstance(call.func, ast.Attribute) else None
-                if calls and hasattr(optimizer, "param_groups"):
-                    steps.append(StepCall(len(calls) + len(steps) + 1, calls[-1].mark, weakref.ref(optimizer),
-                                          source.filename, call.lineno, call.col_offset))
+            if calls:
+                steps.extend(_steps_in(stmt, frame, source.filename, calls[-1].mark, len(calls) + len(steps) + 1))
         if calls:
             return tuple(calls), tuple(steps)
     return (), ()
@@ -119,25 +116,33 @@ def _last_pass(frames, call: BackwardCall, roots) -> tuple[tuple[BackwardCall, .
     """The failing call itself one pass earlier, for a backward in a loop (or in a helper that a
     loop calls) with no other backward before it in the pass: its mark is estimated from what
     this pass made (`_made_this_pass`); the optimizer steps after it in the source ran after it."""
-    mark = _made_this_pass(frames, roots)
+    in_this_pass = frames[:_looping_frame(frames) + 1]
+    mark = _made_this_pass(in_this_pass, frames, roots)
     if mark is None:
         return (), ()
     previous = call._replace(tick=1, mark=mark, root_ids=())
     steps = []
-    for frame in frames[:_looping_frame(frames) + 1]:
+    for frame in in_this_pass:
         source, scope, current = _frame_statement(frame)
         if current is None:
             continue
         loops = src.loops_around(current)
         for stmt in _statements_in(loops[0] if loops else scope):
-            if stmt.lineno <= current.end_lineno:
-                continue
-            for step in src.calls_named(stmt, "step"):
-                optimizer = _lookup(step.func.value, frame) if isinstance(step.func, ast.Attribute) else None
-                if hasattr(optimizer, "param_groups"):
-                    steps.append(StepCall(2 + len(steps), mark, weakref.ref(optimizer), source.filename,
-                                          step.lineno, step.col_offset))
+            if stmt.lineno > current.end_lineno:
+                steps.extend(_steps_in(stmt, frame, source.filename, mark, 2 + len(steps)))
     return (previous,), tuple(steps)
+
+
+def _steps_in(stmt, frame, filename: str, mark: int, tick: int) -> list[StepCall]:
+    """The `optimizer.step()` calls in `stmt` whose receiver the frame holds as an optimizer, as
+    the hooks record them, ticked from `tick` on."""
+    steps = []
+    for call in src.calls_named(stmt, "step"):
+        optimizer = _lookup(call.func.value, frame) if isinstance(call.func, ast.Attribute) else None
+        if hasattr(optimizer, "param_groups"):
+            steps.append(StepCall(tick + len(steps), mark, weakref.ref(optimizer), filename, call.lineno,
+                                  call.col_offset))
+    return steps
 
 
 def _looping_frame(frames) -> int:
@@ -164,14 +169,15 @@ def _frame_statement(frame):
 _PASS_WALK = 3_000
 
 
-def _made_this_pass(frames, roots) -> int | None:
+def _made_this_pass(in_this_pass, frames, roots) -> int | None:
     """The sequence number of the first node this pass made, estimated without any record: walk
     down from the tensors that statements of this pass made (`out = model(x)`, `h = a + b`,
     still bound to the names they assigned), stopping at tensors bound in the frames some other
     way (the `state` passed in, the list of past encodings): what that walk reaches was made in
-    this pass. None where no statement shows, or the walk does not end within its share."""
+    this pass. None where no statement shows, or the walk does not end within its share.
+    `in_this_pass`: the frames whose statements ran in this pass only."""
     fresh = {}
-    for frame in frames[:_looping_frame(frames) + 1]:
+    for frame in in_this_pass:
         fresh.update((id(v), v) for v in _assigned_this_pass(frame))
     return _first_node_made(fresh, frames, roots)
 
