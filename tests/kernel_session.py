@@ -84,6 +84,8 @@ NOTEBOOK_CELLS = (
     "    loss.backward()\n"
     "    opt.step()",
 )
+# The alt text of the explanation's boundary picture in that notebook.
+NOTEBOOK_PICTURE_ALT = "`hidden` carries history from before the earlier backward into this one"
 
 
 def explained_notebook(path):

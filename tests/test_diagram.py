@@ -45,8 +45,8 @@ def test_the_svg_is_self_contained_and_its_labels_readable(findings, name):
     texts = [e for e in root.iter() if e.tag.endswith("text")]
     assert texts
     for element in texts:
-        assert _contrast(element.get("fill"), diagram.BACKGROUND) >= 4.5, element.get("fill")
-        assert _contrast(element.get("fill"), diagram.FREED_FILL) >= 4.5, element.get("fill")
+        assert boundary_labels.contrast(element.get("fill"), diagram.BACKGROUND) >= 4.5, element.get("fill")
+        assert boundary_labels.contrast(element.get("fill"), diagram.FREED_FILL) >= 4.5, element.get("fill")
 
 
 def test_a_drawing_that_is_not_the_findings_is_caught(findings):
@@ -70,16 +70,6 @@ def test_no_boundary_no_picture(findings):
     finding = findings["rnn_hidden_chunks"]
     assert diagram.timeline(replace(finding, kind="no-grad")) is None
     assert diagram.timeline(replace(finding, evidence=replace(finding.evidence, backward=None))) is None
-
-
-def _contrast(first: str, second: str) -> float:
-    def luminance(colour: str) -> float:
-        channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
-        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
-        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
-
-    light, dark = sorted((luminance(first), luminance(second)), reverse=True)
-    return (light + 0.05) / (dark + 0.05)
 
 
 def test_run_writes_the_errors_picture_with_svg(tmp_path):

@@ -5,7 +5,9 @@ untrusted (as reopened from elsewhere, whose HTML JupyterLab sanitises, dropping
 
 Each time: the error output comes first, as IPython shows it, then the explanation; every piece
 of the explanation's text has contrast of at least 4.5:1 over what is behind it; the culprit and
-backward lines carry their text marks, tinted where the notebook is trusted.
+backward lines carry their text marks, tinted where the notebook is trusted; the boundary
+picture is decoded at its own size, its alt text says what it shows, and the browser draws it
+in the picture's own colours, whose labels are at least 4.5:1 over both of its fills.
 
 Screenshots land in benchmarks/results/jupyterlab-e2e/."""
 from __future__ import annotations
@@ -15,10 +17,12 @@ import os
 import shutil
 import subprocess
 
+import boundary_labels
 import pytest
 
 from conftest import ROOT, free_port, wait_until_serving
-from kernel_session import explained_notebook
+from explainer.render import diagram
+from kernel_session import NOTEBOOK_PICTURE_ALT, explained_notebook
 
 SHOTS = ROOT / "benchmarks" / "results" / "jupyterlab-e2e"
 pytestmark = pytest.mark.skipif(shutil.which("npm") is None or os.geteuid() != 0,
@@ -77,3 +81,8 @@ def test_explanation_in_jupyterlab_light_and_dark_trusted_and_untrusted(tmp_path
             assert seen["style_blocks"] == 1 and seen["culprit_tint"] != "rgba(0, 0, 0, 0)", view
         else:  # sanitised: only the text marks are left
             assert seen["style_blocks"] == 0 and seen["culprit_tint"] == "rgba(0, 0, 0, 0)", view
+
+        (picture,) = seen["pictures"]
+        assert boundary_labels.decoded_problems(picture, NOTEBOOK_PICTURE_ALT) == [], view
+    inks, fills = (diagram.INK, diagram.FADED, diagram.ACCENT), (diagram.BACKGROUND, diagram.FREED_FILL)
+    assert min(boundary_labels.contrast(ink, fill) for ink in inks for fill in fills) >= 4.5

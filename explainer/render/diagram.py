@@ -89,54 +89,83 @@ FADED = "#57606a"  # the earlier, freed part
 ACCENT = "#9a4d00"  # the crossing and the fix's line
 FREED_FILL = "#eaeef2"
 
-_ROW_HEIGHT, _LEFT, _CODE = 22, 12, 110
+# Pixels: a row's height, and the advance of a character of the 13 px monospace font (7.8, rounded
+# up so that a line is never cut off).
+_ROW, _CHAR, _LEFT = 22, 8, 12
+
+
+@dataclass(frozen=True)
+class _Columns:
+    row_right: int  # where the line numbers end (right-aligned)
+    code: int
+    says: int
+    width: int
+
+
+def _columns(line: Timeline) -> _Columns:
+    events = (*line.earlier, *line.now)
+    gutter = max(len(str(r.row)) for r in events)
+    row_right = _LEFT + _CHAR * (len("earlier") + 2 + gutter)
+    code = row_right + 2 * _CHAR
+    says = code + _CHAR * (max(len(r.code) for r in events) + 3)
+    widest = max(len(_SAYS[r.role].format(carrier=line.carrier)) for r in events)
+    return _Columns(row_right, code, says, says + _CHAR * (widest + 2))
+
+
+def size(line: Timeline) -> tuple[int, int]:
+    """The SVG's width and height in pixels."""
+    rows = len(line.earlier) + len(line.now) + (1 if line.fix_row is not None else 0)
+    return _columns(line).width, _ROW * rows + 38  # the crossing row (28) and a margin below
 
 
 def svg(line: Timeline) -> str:
-    """The timeline as a self-contained SVG: attributes only (no <style>, no script)."""
-    rows = len(line.earlier) + 1 + len(line.now) + (1 if line.fix_row is not None else 0)
-    width = max(520, _CODE + 8 * max(len(r.code) + len(_SAYS[r.role]) + 6 for r in (*line.earlier, *line.now))
-                + 8 * len(line.carrier))
-    height = _ROW_HEIGHT * (rows + 1)
+    """The timeline as a self-contained SVG: attributes only (no <style>, no script). Columns:
+    the part of the timeline, the line number, the user's code, what it did there."""
+    columns = _columns(line)
+    width, height = size(line)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" font-family="monospace" font-size="13">',
-             f"<title>{escape(_title(line))}</title>",
+             f"<title>{escape(title(line))}</title>",
              f'<rect width="{width}" height="{height}" fill="{BACKGROUND}"/>']
-    y = _ROW_HEIGHT
-    top = y - 15
+    y = _ROW
+    if line.earlier:
+        left = _LEFT + _CHAR * (len("earlier") + 1)
+        parts.append(f'<rect x="{left}" y="{y - 16}" width="{width - left - _LEFT}" '
+                     f'height="{_ROW * (len(line.earlier) - 1) + 23}" fill="{FREED_FILL}"/>')
     for i, row in enumerate(line.earlier):
-        parts.append(_label(_LEFT, y, "earlier" if i == 0 else "", FADED))
-        parts.append(_event(y, row, line.carrier, FADED))
-        y += _ROW_HEIGHT
-    parts.insert(3, f'<rect x="{_CODE - 8}" y="{top}" width="{width - _CODE}" height="{y - top - 15}" '
-                    f'fill="{FREED_FILL}"/>')
+        parts.append(_event(columns, y, "earlier" if i == 0 else "", row, line.carrier, FADED))
+        y += _ROW
     crossing = f"`{line.carrier}` {'saved before the change' if line.inplace else 'crosses'}"
-    parts.append(f'<line x1="{_LEFT}" y1="{y - 5}" x2="{width - _LEFT}" y2="{y - 5}" stroke="{ACCENT}" '
+    y += 2
+    parts.append(f'<text x="{columns.code}" y="{y}" fill="{ACCENT}" font-weight="bold">{escape(crossing)}</text>')
+    parts.append(f'<line x1="{_LEFT}" y1="{y + 6}" x2="{width - _LEFT}" y2="{y + 6}" stroke="{ACCENT}" '
                  f'stroke-width="2" stroke-dasharray="6 4"/>')
-    parts.append(f'<text x="{_CODE}" y="{y - 9}" fill="{ACCENT}" font-weight="bold">{escape(crossing)}</text>')
-    y += _ROW_HEIGHT
+    y += _ROW + 4
     for i, row in enumerate(line.now):
-        parts.append(_label(_LEFT, y, "now" if i == 0 else "", INK))
-        parts.append(_event(y, row, line.carrier, INK))
-        y += _ROW_HEIGHT
+        parts.append(_event(columns, y, "now" if i == 0 else "", row, line.carrier, INK))
+        y += _ROW
     if line.fix_row is not None:
-        parts.append(_label(_LEFT, y, "fix", ACCENT))
-        parts.append(f'<text x="{_CODE}" y="{y}" fill="{ACCENT}">{line.fix_row}  edits here</text>')
+        parts.append(f'<text y="{y}" fill="{ACCENT}">{_cells(columns, "fix", line.fix_row, "edits here")}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _title(line: Timeline) -> str:
+def title(line: Timeline) -> str:
+    """The picture in one sentence: its SVG title, and the alt text where it is an image."""
     if line.inplace:
         return f"`{line.carrier}` was saved for this backward, then changed in place"
     return f"`{line.carrier}` carries history from before the earlier backward into this one"
 
 
-def _label(x: int, y: int, label: str, colour: str) -> str:
-    return f'<text x="{x}" y="{y}" fill="{colour}">{escape(label)}</text>' if label else ""
-
-
-def _event(y: int, row: Row, carrier: str, colour: str) -> str:
+def _event(columns: _Columns, y: int, part: str, row: Row, carrier: str, colour: str) -> str:
     says = _SAYS[row.role].format(carrier=carrier)
-    return (f'<text x="{_CODE}" y="{y}" fill="{colour}">{row.row}  {escape(row.code)}'
-            f'<tspan dx="12" font-style="italic">{escape(says)}</tspan></text>')
+    return (f'<text y="{y}" fill="{colour}">{_cells(columns, part, row.row, row.code)}'
+            f'<tspan x="{columns.says}" font-style="italic">{escape(says)}</tspan></text>')
+
+
+def _cells(columns: _Columns, part: str, row: int, code: str) -> str:
+    """One row's first three columns as tspans; a column is placed by its own x, so that the
+    spaces between them need no preserving."""
+    return (f'<tspan x="{_LEFT}">{escape(part)}</tspan>' if part else "") + \
+        (f'<tspan x="{columns.row_right}" text-anchor="end">{row}</tspan>'
+         f'<tspan x="{columns.code}">{escape(code)}</tspan>')

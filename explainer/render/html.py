@@ -5,14 +5,21 @@ diff; the full explanation folds away.
 Colours come from the theme: JupyterLab's `--jp-*` variables, else VS Code's `--vscode-*`, else
 the page's own text colour; marks only tint backgrounds, so text keeps the theme's contrast. An
 untrusted notebook loses the `<style>` block, so every mark is also written as text: a gutter
-label (`hidden ▶`, `backward ▶`) on the marked lines and `+ `/`- ` on the diff's."""
+label (`hidden ▶`, `backward ▶`) on the marked lines and `+ `/`- ` on the diff's.
+
+The boundary picture (render/diagram.py) is an `<img>` of its SVG as a `data:` URI rather than an
+`<svg>` element: JupyterLab's sanitiser (4.6) has no SVG tag in its allow-list, but keeps `<img>`
+and its `src` whatever the scheme. The SVG brings its own background, so it reads the same in
+light and dark themes."""
 from __future__ import annotations
 
+import base64
 import html
 
 from ..model import Finding
 from ..places import file_label
 from ..reading.source import load
+from . import diagram
 from .text import fix_lead, fix_preview, tags
 
 _STYLE = (
@@ -30,6 +37,7 @@ _STYLE = (
     ".explainer .add{background:rgba(46,160,67,.25)}"
     ".explainer .tag{border:1px solid;border-radius:3px;padding:0 4px;font-size:85%}"
     ".explainer summary{cursor:pointer}"
+    ".explainer img.boundary{max-width:100%;height:auto}"
     "</style>"
 )
 
@@ -40,6 +48,7 @@ def render_html(finding: Finding, apply_hint: bool = False) -> str:
              f"<p><b>{_code_spans(finding.summary or finding.message)}</b></p>",
              "<p>" + " ".join(f'<span class="tag">{e(tag)}</span>' for tag in tags(finding)) + "</p>"]
     parts.append(_lines_view(finding))
+    parts.append(_picture(finding))
     if finding.fixes:
         fix = finding.fixes[0]
         parts.append(f"<p><b>{e(fix_lead(fix, True))}</b>: {_code_spans(fix.message)}</p>")
@@ -99,6 +108,16 @@ def _lines_view(finding: Finding) -> str:
             previous = row
         blocks.append(f"<div>{html.escape(file_label(filename))}</div><pre>" + "\n".join(lines) + "</pre>")
     return "".join(blocks)
+
+
+def _picture(finding: Finding) -> str:
+    drawn = diagram.timeline(finding)
+    if drawn is None:
+        return ""
+    width, height = diagram.size(drawn)
+    data = base64.b64encode(diagram.svg(drawn).encode()).decode("ascii")
+    return (f'<p><img class="boundary" src="data:image/svg+xml;base64,{data}" width="{width}" height="{height}" '
+            f'alt="{html.escape(diagram.title(drawn))}"></p>')
 
 
 def _code_spans(text: str) -> str:

@@ -4,8 +4,8 @@ saves screenshots into the output folder. Run with the e2e venv's Python:
     jupyterlab_drive.py URL SETTINGS_DIR OUT_DIR NOTEBOOK...
         for each theme (JupyterLab Light, JupyterLab Dark) and each notebook: open it, wait for
         the explained cell's outputs, screenshot them, and report the error output's last line,
-        the explanation's marked lines as text, whether they are tinted, and the contrast of
-        every piece of its text.
+        the explanation's marked lines as text, whether they are tinted, the contrast of
+        every piece of its text, and the boundary picture as the page decoded it.
 """
 import json
 import os
@@ -13,6 +13,7 @@ import sys
 import time
 
 from contrast import text_contrasts
+from pictures import decoded
 from playwright.sync_api import sync_playwright
 
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -58,6 +59,7 @@ def look(page, url: str, notebook: str, out_dir: str, shot: str) -> dict:
         "culprit_tint": tint,
         "style_blocks": explanation.locator("style").count(),
         "contrast": text_contrasts(explanation),
+        "pictures": decoded(explanation),
     }
 
 
