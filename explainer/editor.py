@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from .handoff import Entry
-from .model import Edit, Finding, Fix, Location
+from .model import CallSite, Edit, Finding, Fix, Location
 from .reading.notebook import Notebook, NotebookError, without_unparseable_cells
 from .reading.reparse import Reparser
+from .render import diagram
 from .static.check import NOQA, apply_safe_fixes, check_text
 
 SEVERITIES = ("error", "warning", "information", "hint")
@@ -213,6 +214,9 @@ def _still_there(finding: Finding, lines: list[str], path: str, cell: int | None
     def moved(location: Location) -> Location:
         return Location(location.row + shift, location.column)
 
+    def moved_site(site: CallSite | None) -> CallSite | None:
+        return replace(site, row=site.row + shift) if site is not None and site.filename == culprit.filename else site
+
     fix = finding.fix
     fixes = ()
     if fix is not None and all(cell is not None or os.path.abspath(e.filename) == os.path.abspath(path)
@@ -220,8 +224,11 @@ def _still_there(finding: Finding, lines: list[str], path: str, cell: int | None
         fixes = (Fix(fix.message, tuple(replace(e, filename=path, cell=cell, location=moved(e.location),
                                                 end_location=moved(e.end_location)) for e in fix.edits),
                      fix.applicability),)
+    evidence = finding.evidence
+    evidence = replace(evidence, made_at=moved_site(evidence.made_at), backward=moved_site(evidence.backward),
+                       freed_by=moved_site(evidence.freed_by), steps=tuple(map(moved_site, evidence.steps)))
     return [replace(finding, filename=path, cell=cell, location=moved(finding.location),
-                    end_location=moved(finding.end_location), fixes=fixes)]
+                    end_location=moved(finding.end_location), fixes=fixes, evidence=evidence)]
 
 
 def one_per_bug(checked: list[Finding], ran: list[Finding]) -> list[Finding]:
@@ -258,11 +265,16 @@ def _same_bug(static: Finding, ran: Finding) -> bool:
 
 def hover_markdown(finding: Finding) -> str:
     """What a hover on the finding shows beside the diagnostic's own message (which the editor
-    shows there already): the cause, its fix, and why the pattern breaks."""
+    shows there already): the cause, for a finding seen when it ran the picture of where its
+    history crossed the boundary (a text diagram: every client shows a code block), its fix, and
+    why the pattern breaks."""
     cause = finding.cause
     parts = [f"**{finding.code} {cause.name}**: {cause.title}"]
     if finding.confirmed or finding.origin == "runtime":
         parts.append("*Confirmed when it ran.*" if finding.confirmed else "*Seen when it ran.*")
+    drawn = diagram.timeline(finding)
+    if drawn is not None:
+        parts.append("```text\n" + "\n".join(diagram.text(drawn)) + "\n```")
     if finding.fix is not None:
         parts.append(f"**Fix**: {finding.fix.message}.")
     parts.append(cause.why)

@@ -184,6 +184,12 @@ def _hand_off_and_clear(kernel, findings):
     culprit_row = RNN_CELL.splitlines().index("    out, hidden = model(torch.randn(2, 4, 3), hidden)") + 1
     assert (diagnostic.code, diagnostic.kind, diagnostic.cell, diagnostic.location.row) == \
         ("BX001", "second-backward", 2, culprit_row)
+    # Its hover draws the boundary in the editor cell's rows (IPython ran the cell without its
+    # leading blank line, one row up).
+    backward_row = RNN_CELL.splitlines().index("    loss.backward()") + 1
+    hover = " ".join(editor.hover_markdown(diagnostic).split())
+    assert f"earlier ┊ {culprit_row} out, hidden = model(torch.randn(2, 4, 3), hidden) makes `hidden`" in hover
+    assert f"now ┊ {backward_row} loss.backward() needs it" in hover
     # Edited in the editor: the finding no longer matches its line.
     edited = RNN_CELL.replace("model(torch.randn(2, 4, 3), hidden)", "model(torch.randn(2, 4, 3), hidden.detach())")
     assert editor.runtime_cell_findings([entry], [edited], "notebook.ipynb") == [[]]

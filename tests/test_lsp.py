@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 
+import boundary_labels
 import pytest
 import pytest_lsp
 from lsp_wire import WireClient
@@ -521,6 +523,12 @@ async def test_a_bug_explained_at_runtime_is_one_diagnostic_confirmed_until_it_r
     hover = await client.text_document_hover_async(types.HoverParams(
         text_document=types.TextDocumentIdentifier(uri=uri), position=finding.range.start))
     assert hover.contents.value.startswith("**BX001 carried-state**") and "Confirmed when it ran" in hover.contents.value
+    # It draws where `hidden` crossed the boundary, with the labels of the finding the run wrote.
+    (entry,) = json.loads((tmp_path / ".explainer" / "findings.json").read_text())["entries"]
+    (ran_finding,) = entry["findings"]
+    drawn = hover.contents.value.split("```text\n", 1)[1].split("```", 1)[0]
+    assert boundary_labels.labels(ran_finding) and not [label for label in boundary_labels.labels(ran_finding)
+                                                        if label not in re.sub(r" {2,}", "  ", drawn)]
 
     # The user fixes the script on disk and runs it again: the entry goes, and so does the finding.
     script.write_text(fixed)

@@ -6,6 +6,8 @@ driven by Playwright in Debian's chromium (tests/editors/vscode_drive.py).
   sample, where the problem is on the loop cell's own line. With the default settings, in the
   project's environment and with a bare Python (where the server bundled in the .vsix runs, and
   pip never does).
+- Hovering a culprit that `explainer run` explained shows where its history crossed the
+  boundary, as a code block, in the light and dark themes.
 - In restricted mode (the user answers "No" to the workspace-trust prompt) an interpreter that
   the workspace's own settings name is never launched, and the checks still run with the user's;
   once the folder is trusted, that interpreter is used.
@@ -16,15 +18,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
+import boundary_labels
 import pytest
 
 import manifest
 from conftest import ROOT, free_port, wait_until_serving
-from kernel_session import explained_notebook
+from kernel_session import NOTEBOOK_PICTURE_ALT, explained_notebook
 
 CLIENT = ROOT / "vscode-client"
 SHOTS = ROOT / "benchmarks" / "results" / "vscode-e2e"
@@ -167,7 +171,7 @@ def test_an_explained_notebook_reads_in_the_dark_theme(tmp_path):
     """A notebook saved with an explained error, opened in VS Code's default dark theme: the
     error output, then the explanation, whose text (code lines included: `--jp-*` fallbacks once
     made them near-white on white) has contrast of at least 4.5:1, and whose culprit and backward
-    lines carry their text marks."""
+    lines carry their text marks; its boundary picture is decoded in the picture's own colours."""
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     explained_notebook(workspace / "explained.ipynb")
@@ -185,6 +189,41 @@ def test_an_explained_notebook_reads_in_the_dark_theme(tmp_path):
     assert report["backward_line"].lstrip().startswith("backward ▶   5")
     low = [c for c in report["contrast"] if c["ratio"] < 4.5]
     assert len(report["contrast"]) >= 15 and not low, low
+    (picture,) = report["pictures"]
+    assert boundary_labels.decoded_problems(picture, NOTEBOOK_PICTURE_ALT) == []
+
+
+@pytest.mark.parametrize("theme", ["Default Light Modern", "Default Dark Modern"])
+def test_a_runtime_findings_hover_draws_where_the_history_crossed(tmp_path, theme):
+    """`explainer run` on the sample, then the editor: hovering the culprit, which the run
+    confirmed, shows the boundary picture as a code block whose lines are the finding's labels
+    (carrier, each call's line, the line the fix edits), readable (4.5:1) in the light and
+    dark themes."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    shutil.copy(SAMPLE.path, workspace / SAMPLE.path.name)
+    shutil.copy(ROOT / "samples" / "_device.py", workspace / "_device.py")
+    ran = subprocess.run([sys.executable, "-m", "explainer", "run", SAMPLE.path.name], cwd=workspace,
+                         env={**os.environ, "EXPLAINER_HANDOFF": "1"}, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1, ran.stderr[-2000:]
+    (entry,) = json.loads((workspace / ".explainer" / "findings.json").read_text())["entries"]
+    (finding,) = entry["findings"]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = f"runtime-hover-{'dark' if 'Dark' in theme else 'light'}.png"
+    with code_server(tmp_path, workspace, {"workbench.colorTheme": theme,
+                                           "backwardExplainer.interpreter": [sys.executable]},
+                     workspace_trust=False) as (url, cache_dir):
+        report = drive(cache_dir, "hover", url, workspace, SHOTS, SAMPLE.path.name, SAMPLE.culprit_row, 9, shot)
+
+    assert ("vs-dark" if "Dark" in theme else "vs") in report["theme"].split()
+    # VS Code shows the diagnostic's message first, then the server's hover.
+    assert "(confirmed when it ran)" in report["hover"] and "\nBX001 carried-state" in report["hover"], report["hover"]
+    drawn = re.sub(r" {2,}", "  ", "\n".join(report["code_lines"]).replace("\xa0", " "))
+    labels = boundary_labels.labels(finding)
+    assert len(labels) >= 4 and [label for label in labels if label not in drawn] == [], (labels, drawn)
+    low = [c for c in report["contrast"] if c["ratio"] < 4.5]
+    assert len(report["contrast"]) >= 5 and not low, low
 
 
 def test_restricted_mode_never_launches_the_workspaces_interpreter(tmp_path):

@@ -8,6 +8,11 @@ JSON report; saves screenshots into the output folder. Run with the e2e venv's P
         open a notebook saved with an explained error and report, from the notebook's output
         webview, the outputs' text, the explanation's marked lines and the contrast of every
         piece of its text.
+    vscode_drive.py hover URL FOLDER OUT_DIR SAMPLE_NAME ROW COLUMN SHOT
+        open a sample whose error a run explained, wait for its problem to say it was confirmed
+        when it ran, hover its culprit with the keyboard (Ctrl+K Ctrl+I) and report the hover's
+        text, its code block's lines, the editor's theme and the contrast of every piece of its
+        text; the screenshot is SHOT.
     vscode_drive.py trust URL FOLDER OUT_DIR SAMPLE_NAME MARKER
         answer "No" to the workspace-trust prompt, open the sample and read its problem, and
         whether MARKER (written by the workspace's own interpreter) exists; then trust the
@@ -19,6 +24,7 @@ import sys
 import time
 
 from contrast import text_contrasts
+from pictures import decoded
 from playwright.sync_api import sync_playwright
 
 report = {}
@@ -187,6 +193,41 @@ def output(url, folder, out_dir, notebook) -> None:
         report["culprit_line"] = next(line for line in lines if "out, hidden = model" in line)
         report["backward_line"] = next(line for line in lines if "loss.backward()" in line)
         report["contrast"] = text_contrasts(explanation)
+        report["pictures"] = decoded(explanation)
+        browser.close()
+
+
+def hover(url, folder, out_dir, sample, row, column, shot) -> None:
+    with sync_playwright() as playwright:
+        browser, page = open_workbench(playwright, url, folder)
+        time.sleep(3)
+        open_file(page, sample)
+        show_problems(page)
+        page.locator(".markers-panel .monaco-list-row", has_text="confirmed when it ran").wait_for(timeout=120000)
+        page.keyboard.press("Control+J")  # the panel closed, the hover has the editor's height to show in
+        time.sleep(0.5)
+        page.locator(".monaco-editor .view-lines").first.click()
+        page.keyboard.press("Control+G")
+        time.sleep(0.5)
+        page.keyboard.type(f"{row}:{int(column) + 1}")
+        page.keyboard.press("Enter")
+        time.sleep(0.5)
+        page.keyboard.press("Control+K")
+        page.keyboard.press("Control+I")
+        shown = page.locator(".monaco-hover:visible", has_text="Confirmed when it ran").first
+        shown.wait_for(timeout=30000)
+        time.sleep(1)
+        # The hover is as tall as VS Code lets it be: wheel its picture into view for the shot.
+        box = shown.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.wheel(0, 110)
+        time.sleep(0.5)
+        page.screenshot(path=f"{out_dir}/{shot}")
+        report["theme"] = page.locator(".monaco-workbench").first.get_attribute("class")
+        report["hover"] = shown.inner_text()
+        # A fenced block renders as tokenized source (a <br> between lines), not as <pre>.
+        report["code_lines"] = shown.locator(".monaco-tokenized-source").first.inner_text().splitlines()
+        report["contrast"] = text_contrasts(shown)
         browser.close()
 
 
@@ -221,5 +262,5 @@ def trust(url, folder, out_dir, sample, marker) -> None:
 
 
 if __name__ == "__main__":
-    {"fix": fix, "output": output, "trust": trust}[sys.argv[1]](*sys.argv[2:])
+    {"fix": fix, "output": output, "hover": hover, "trust": trust}[sys.argv[1]](*sys.argv[2:])
     print(json.dumps(report))
