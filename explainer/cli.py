@@ -323,7 +323,7 @@ def _run_main(execute, path: str, json_out: str | None, svg_out: str | None = No
     error = None
     died_in_threads.clear()
     _write_json(json_out, findings)
-    _write_svg(svg_out, errors)
+    _write_svg(svg_out, errors + journal.warnings())
     from . import handoff
 
     handoff.publish(path, findings, where=os.path.dirname(path))
@@ -376,16 +376,18 @@ def _unwritable(path: str | None) -> str | None:
     return None
 
 
-def _write_svg(path: str | None, errors) -> None:
-    """Write the boundary picture of the error the script ended with; where there is none to
-    draw, say so in one line and write nothing."""
+def _write_svg(path: str | None, findings) -> None:
+    """Write the boundary picture of the first of `findings` that has one (the error the script
+    ended with comes first, then the growth warnings); where there is none to draw, say so in one
+    line and write nothing."""
     if not path:
         return
     from .render import diagram
 
-    drawn = next((t for t in map(diagram.timeline, errors) if t is not None), None)
+    drawn = next((t for t in map(diagram.timeline, findings) if t is not None), None)
     if drawn is None:
-        print(f"explainer: no explained error to draw; --svg {path!r} not written", file=sys.stderr)
+        print(f"explainer: no explained error or growth warning to draw; --svg {path!r} not written",
+              file=sys.stderr)
         return
     try:
         with open(path, "w", encoding="utf-8") as handle:

@@ -1,9 +1,11 @@
-"""The boundary diagram (issue 24, first slice): drawn from a finding's evidence, its labels are
-the finding's own (carrier, lines, calls, steps, the line fixes[0] edits), in text and in SVG; the SVG
-is self-contained, its labels readable (≥ 4.5:1) on its own background, and its size does not
-depend on the graph."""
+"""The boundary diagram (issue 24): drawn from a finding's evidence, its labels are the finding's
+own (carrier, lines, calls, steps, the line fixes[0] edits), in text and in SVG; the SVG is
+self-contained, its labels readable (≥ 4.5:1) on its own background, and its size does not
+depend on the graph. docs/boundary.md shows one picture per cause, each what its sample draws."""
 from __future__ import annotations
 
+import importlib.util
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
@@ -11,14 +13,18 @@ import boundary_labels
 import pytest
 
 import manifest
-from conftest import run_explainer
+from conftest import ROOT, run_explainer
 from explainer.model import Finding
 from explainer.render import diagram
 
 BY_NAME = {s.name: s for s in manifest.samples() + manifest.real_cases()}
-# One sample per family of the boundary: carried across passes, shared within one pass, saved
-# then changed in place by a step, stored in a container.
-FAMILIES = ["rnn_hidden_chunks", "gan_fake_reuse", "seed002_ex1_hidden_layer", "past_states_list"]
+_spec = importlib.util.spec_from_file_location("draw_docs", ROOT / "scripts" / "draw_docs.py")
+draw_docs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(draw_docs)
+# The samples docs/boundary.md draws, one per cause with a boundary: carried across passes,
+# shared within one pass, saved then changed in place by a step, stored in a container, kept by
+# retain_graph, freed by autograd.grad.
+FAMILIES = list(draw_docs.PICTURES.values())
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +79,28 @@ def test_no_boundary_no_picture(findings):
 
 
 def test_run_writes_the_errors_picture_with_svg(tmp_path):
-    """`explainer run --svg OUT` draws the finding it writes to --json; a script with no
-    explained error gets one line, and no file."""
+    """`explainer run --svg OUT` draws the finding it writes to --json; a script that ran to
+    its end with a growth warning, the warning's; a script with neither gets one line, and no
+    file."""
     out = tmp_path / "boundary.svg"
     ran = run_explainer(BY_NAME["rnn_hidden_chunks"].path, tmp_path=tmp_path, svg=out)
     (data,) = ran.findings
     assert out.read_text() == diagram.svg(diagram.timeline(Finding.from_json(data))) + "\n"
+
+    growing = tmp_path / "growing.svg"
+    ran = run_explainer(BY_NAME["seed003_yest_retain_graph"].path, tmp_path=tmp_path, svg=growing)
+    (data,) = ran.findings
+    assert ran.returncode == 0 and data["kind"] == "graph-growth"
+    assert growing.read_text() == diagram.svg(diagram.timeline(Finding.from_json(data))) + "\n"
+    assert "goes through it all again" in growing.read_text()
 
     clean = tmp_path / "clean.py"
     clean.write_text("print('fine')\n")
     nothing = tmp_path / "nothing.svg"
     ran = run_explainer(clean, tmp_path=tmp_path, svg=nothing)
     assert ran.returncode == 0 and not nothing.exists()
-    assert ran.stderr == f"explainer: no explained error to draw; --svg {str(nothing)!r} not written\n"
+    assert ran.stderr == \
+        f"explainer: no explained error or growth warning to draw; --svg {str(nothing)!r} not written\n"
 
 
 def test_an_unwritable_svg_is_refused_before_the_script_runs(tmp_path):
@@ -110,3 +125,18 @@ def test_the_note_and_the_rich_panel_show_the_timeline(findings):
     render_rich(finding, rich)
     shown = rich.getvalue()
     assert all(line.strip() in shown for line in lines), shown
+
+
+@pytest.mark.parametrize("code", draw_docs.PICTURES)
+def test_the_docs_picture_is_what_its_sample_draws(findings, code):
+    finding = findings[draw_docs.PICTURES[code]]
+    assert finding.code == code
+    drawn = draw_docs.picture(code).read_text() if draw_docs.picture(code).exists() else None
+    assert drawn == diagram.svg(diagram.timeline(finding)) + "\n", "run scripts/draw_docs.py"
+
+
+def test_the_docs_page_shows_every_picture_once():
+    page = (ROOT / "docs" / "boundary.md").read_text()
+    shown = re.findall(r"\]\(media/(boundary-BX\d{3}\.svg)\)", page)
+    assert shown == [draw_docs.picture(code).name for code in draw_docs.PICTURES]
+    assert sorted(p.name for p in draw_docs.MEDIA.glob("boundary-*.svg")) == sorted(shown)

@@ -37,7 +37,7 @@ _STYLE = (
     ".explainer .add{background:rgba(46,160,67,.25)}"
     ".explainer .tag{border:1px solid;border-radius:3px;padding:0 4px;font-size:85%}"
     ".explainer summary{cursor:pointer}"
-    ".explainer img.boundary{max-width:100%;height:auto}"
+    ".explainer img.boundary{display:block;margin:8px 0;max-width:100%;height:auto}"
     "</style>"
 )
 
