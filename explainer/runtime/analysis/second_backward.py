@@ -36,7 +36,7 @@ def explain_second_backward(ctx: Context) -> Finding | None:
     if all(current.seq[id(r)] >= mark for r in roots):
         targets = set(graph.stale_boundary(current, mark))
         if not targets and not current.complete:
-            return unrecorded(ctx, roots, _resumed_from_names(ctx, roots, mark))
+            return unrecorded(ctx, roots, _resumed_from_names(ctx, roots, mark), previous)
     else:
         current, targets = _shared_with_previous(ctx, roots, previous)
         mark = min(current.seq[id(r)] for r in roots)

@@ -11,7 +11,7 @@ from .. import graph
 from ..records import BackwardCall
 from .carried import carried_fixes
 from .context import Context
-from .evidence import culprit, finding, made_at
+from .evidence import culprit, finding, freed_graph, made_at
 from .locate import Candidate, locate, read_again_in_its_loop, self_referencing_carrier, shares_history
 from .made_once import repeating_owner
 
@@ -23,11 +23,13 @@ def unnamed(ctx: Context, previous: BackwardCall | None) -> Finding:
     return finding("BX012", "run-unnamed", "second-backward", evidence, confidence="guess")
 
 
-def unrecorded(ctx: Context, roots, walked: graph.Walk | None = None) -> Finding | None:
+def unrecorded(ctx: Context, roots, walked: graph.Walk | None = None,
+               previous: BackwardCall | None = None) -> Finding | None:
     """No mark splits the graph: no earlier backward was recorded (installed late, or
-    post-mortem), or the graph is larger than one explanation may walk (`walked`). Rank the
-    tensors related to this graph by what the source says about them (carried from itself,
-    stored in a container, made before the loop)."""
+    post-mortem), or the graph is larger than one explanation may walk (`walked`, with the
+    `previous` call whose mark it could not reach). Rank the tensors related to this graph by
+    what the source says about them (carried from itself, stored in a container, made before the
+    loop)."""
     full = walked if walked is not None else graph.walk(roots)
     root_keys = {id(r) for r in roots}
     source, _, failing = ctx.failing_statement()
@@ -76,6 +78,12 @@ def unrecorded(ctx: Context, roots, walked: graph.Walk | None = None) -> Finding
         code, variant = "BX004", "likely-before"
         owner = repeating_owner(ctx, located, failing, source)
         fixes = [move_into_loop.move_into_body(located.source, located.store, owner, best.name)]
-    facts = (("graph_nodes", len(full.nodes)),) if walked is not None else ()
-    evidence = Evidence(best.name, made_at(ctx, located), ctx.backward_site(), advice="grows", facts=facts)
+    facts = {"graph_nodes": len(full.nodes)} if walked is not None else {}
+    if previous is not None:
+        # The walk did not reach the mark, but the call that set it was recorded: it is the one
+        # that freed the graph, with the steps after it.
+        evidence = freed_graph(ctx, best.name, located, previous, "grows", **facts)
+    else:
+        evidence = Evidence(best.name, made_at(ctx, located), ctx.backward_site(), advice="grows",
+                            facts=tuple(facts.items()))
     return finding(code, variant, "second-backward", evidence, [culprit(ctx, best)], fixes, "likely")
