@@ -93,6 +93,7 @@ def test_run_writes_the_errors_picture_with_svg(tmp_path):
     assert ran.returncode == 0 and data["kind"] == "graph-growth"
     assert growing.read_text() == diagram.svg(diagram.timeline(Finding.from_json(data))) + "\n"
     assert "goes through it all again" in growing.read_text()
+    assert "<title>`Yest` keeps the graphs of earlier iterations" in growing.read_text()
 
     clean = tmp_path / "clean.py"
     clean.write_text("print('fine')\n")

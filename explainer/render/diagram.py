@@ -154,6 +154,8 @@ def title(line: Timeline) -> str:
     """The picture in one sentence: its SVG title, and the alt text where it is an image."""
     if line.inplace:
         return f"`{line.carrier}` was saved for this backward, then changed in place"
+    if any(r.role == "walks" for r in line.now):
+        return f"`{line.carrier}` keeps the graphs of earlier iterations, and this backward goes through them all again"
     return f"`{line.carrier}` carries history from before the earlier backward into this one"
 
 
