@@ -215,7 +215,10 @@ def _still_there(finding: Finding, lines: list[str], path: str, cell: int | None
         return Location(location.row + shift, location.column)
 
     def moved_site(site: CallSite | None) -> CallSite | None:
-        return replace(site, row=site.row + shift) if site is not None and site.filename == culprit.filename else site
+        """A call in the culprit's file (or cell) moves with it onto this document."""
+        if site is None or site.filename != culprit.filename:
+            return site
+        return replace(site, filename=path, row=site.row + shift)
 
     fix = finding.fix
     fixes = ()

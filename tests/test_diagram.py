@@ -141,3 +141,48 @@ def test_the_docs_page_shows_every_picture_once():
     shown = re.findall(r"\]\(media/(boundary-BX\d{3}\.svg)\)", page)
     assert shown == [draw_docs.picture(code).name for code in draw_docs.PICTURES]
     assert sorted(p.name for p in draw_docs.MEDIA.glob("boundary-*.svg")) == sorted(shown)
+
+
+MODEL = """\
+import torch
+
+
+class Tracker(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = torch.nn.GRUCell(3, 4)
+        self.hidden = torch.zeros(2, 4)
+
+    def forward(self, x):
+        self.hidden = self.cell(x, self.hidden)
+        return self.hidden.sum()
+"""
+TRAIN = """\
+import torch
+from model import Tracker
+
+torch.manual_seed(0)
+model = Tracker()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    loss = model(torch.randn(2, 3))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_picture_across_two_files_names_the_file_of_each_line(tmp_path):
+    """The state is carried in model.py, the loop is in train.py: line numbers alone would mix
+    the two files, so each row gives its place."""
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "train.py").write_text(TRAIN)
+    (data,) = run_explainer(tmp_path / "train.py", tmp_path=tmp_path, cwd=tmp_path).findings
+    drawn = diagram.timeline(Finding.from_json(data))
+    shown = re.sub(r" {2,}", "  ", "\n".join(diagram.text(drawn)))
+    svg_rows = ["  ".join(t.strip() for t in e.itertext() if t.strip())
+                for e in ET.fromstring(diagram.svg(drawn)).iter() if e.tag.endswith("text")]
+    for label in ("model.py:11  self.hidden = self.cell(x, self.hidden)", "train.py:10  loss.backward()",
+                  "train.py:11  optimizer.step()"):
+        assert label in shown and any(label in row for row in svg_rows), (label, shown)
+    assert boundary_labels.missing(data) == []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from html import escape
 
 from ..model import CallSite, Finding
+from ..places import place
 
 # The kinds whose error is about time: history made before a boundary, needed after it.
 _KINDS = ("second-backward", "inplace-modified", "graph-growth")
@@ -18,9 +19,11 @@ _KINDS = ("second-backward", "inplace-modified", "graph-growth")
 
 @dataclass(frozen=True)
 class Row:
-    """One event on the timeline: a line of the user's and what it did there."""
+    """One event on the timeline: a line of the user's and what it did there. `where` is the
+    line's number, or its place (`model.py:21`, `Cell In[2], line 5`) where the picture spans
+    several files."""
 
-    row: int
+    where: str
     code: str
     role: str  # a key of _SAYS
 
@@ -30,7 +33,7 @@ class Timeline:
     carrier: str
     earlier: tuple[Row, ...]
     now: tuple[Row, ...]
-    fix_row: int | None  # the first row fixes[0] edits, in the finding's file
+    fix_at: str | None  # where fixes[0] edits first (in the finding's file if it edits there), as `where`
     inplace: bool
 
 
@@ -41,20 +44,23 @@ def timeline(finding: Finding) -> Timeline | None:
     if finding.kind not in _KINDS or evidence.backward is None or not evidence.carrier:
         return None
     inplace = finding.kind == "inplace-modified"
-    earlier: list[Row] = []
+    events: list[tuple[CallSite, str]] = []
     if evidence.made_at is not None:
-        earlier.append(_row(evidence.made_at, "saves" if inplace else "makes"))
+        events.append((evidence.made_at, "saves" if inplace else "makes"))
     if evidence.freed_by is not None:
-        earlier.append(_row(evidence.freed_by, "retains" if finding.kind == "graph-growth" else "frees"))
-    earlier.extend(_row(step, "changes" if inplace else "steps") for step in evidence.steps)
-    now = (_row(evidence.backward, "walks" if finding.kind == "graph-growth" else "needs"),)
-    fix = finding.fixes[0] if finding.fixes else None
-    rows = sorted(e.location.row for e in fix.edits if e.filename == finding.filename) if fix else []
-    return Timeline(evidence.carrier, tuple(earlier), now, rows[0] if rows else None, inplace)
+        events.append((evidence.freed_by, "retains" if finding.kind == "graph-growth" else "frees"))
+    events.extend((step, "changes" if inplace else "steps") for step in evidence.steps)
+    events.append((evidence.backward, "walks" if finding.kind == "graph-growth" else "needs"))
+    edits = sorted(finding.fixes[0].edits, key=lambda e: (e.filename != finding.filename, e.location.row)) \
+        if finding.fixes else []
+    fix = (edits[0].filename, edits[0].location.row) if edits else None
+    files = {site.filename for site, _ in events} | ({fix[0]} if fix else set())
 
+    def where(filename: str, row: int) -> str:
+        return place(filename, row) if len(files) > 1 else str(row)
 
-def _row(site: CallSite, role: str) -> Row:
-    return Row(site.row, site.code, role)
+    rows = [Row(where(site.filename, site.row), site.code, role) for site, role in events]
+    return Timeline(evidence.carrier, tuple(rows[:-1]), tuple(rows[-1:]), where(*fix) if fix else None, inplace)
 
 
 # What each role says beside its line; the kind's own words for the boundary.
@@ -66,18 +72,18 @@ _SAYS = {"makes": "makes `{carrier}`", "saves": "saves `{carrier}` for backward"
 def text(line: Timeline) -> list[str]:
     """The timeline as monospace lines, for the terminal note and rich output."""
     width = max(len(r.code) for r in (*line.earlier, *line.now))
-    gutter = max(len(str(r.row)) for r in (*line.earlier, *line.now))
+    gutter = _gutter(line)
 
     def event(label: str, row: Row) -> str:
         says = _SAYS[row.role].format(carrier=line.carrier)
-        return f"  {label:<7} ┊ {row.row:>{gutter}}  {row.code:<{width}}  {says}"
+        return f"  {label:<7} ┊ {row.where:>{gutter}}  {row.code:<{width}}  {says}"
 
     crossing = f" `{line.carrier}` {'saved before the change' if line.inplace else 'crosses'} "
     out = [event("earlier" if i == 0 else "", r) for i, r in enumerate(line.earlier)]
     out.append(f"  {'═' * 7}═╪═══{crossing}{'═' * max(3, width + gutter + 8 - len(crossing))}")
     out.extend(event("now" if i == 0 else "", r) for i, r in enumerate(line.now))
-    if line.fix_row is not None:
-        out.append(f"  {'fix':<7} ┊ {line.fix_row:>{gutter}}  edits here")
+    if line.fix_at is not None:
+        out.append(f"  {'fix':<7} ┊ {line.fix_at:>{gutter}}  edits here")
     return out
 
 
@@ -102,10 +108,14 @@ class _Columns:
     width: int
 
 
+def _gutter(line: Timeline) -> int:
+    """The width of the column of line numbers (or places), in characters."""
+    return max(len(w) for w in (*(r.where for r in (*line.earlier, *line.now)), line.fix_at or ""))
+
+
 def _columns(line: Timeline) -> _Columns:
     events = (*line.earlier, *line.now)
-    gutter = max(len(str(r.row)) for r in events)
-    row_right = _LEFT + _CHAR * (len("earlier") + 2 + gutter)
+    row_right = _LEFT + _CHAR * (len("earlier") + 2 + _gutter(line))
     code = row_right + 2 * _CHAR
     says = code + _CHAR * (max(len(r.code) for r in events) + 3)
     widest = max(len(_SAYS[r.role].format(carrier=line.carrier)) for r in events)
@@ -114,7 +124,7 @@ def _columns(line: Timeline) -> _Columns:
 
 def size(line: Timeline) -> tuple[int, int]:
     """The SVG's width and height in pixels."""
-    rows = len(line.earlier) + len(line.now) + (1 if line.fix_row is not None else 0)
+    rows = len(line.earlier) + len(line.now) + (1 if line.fix_at is not None else 0)
     return _columns(line).width, _ROW * rows + 38  # the crossing row (28) and a margin below
 
 
@@ -144,8 +154,8 @@ def svg(line: Timeline) -> str:
     for i, row in enumerate(line.now):
         parts.append(_event(columns, y, "now" if i == 0 else "", row, line.carrier, INK))
         y += _ROW
-    if line.fix_row is not None:
-        parts.append(f'<text y="{y}" fill="{ACCENT}">{_cells(columns, "fix", line.fix_row, "edits here")}</text>')
+    if line.fix_at is not None:
+        parts.append(f'<text y="{y}" fill="{ACCENT}">{_cells(columns, "fix", line.fix_at, "edits here")}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -161,13 +171,13 @@ def title(line: Timeline) -> str:
 
 def _event(columns: _Columns, y: int, part: str, row: Row, carrier: str, colour: str) -> str:
     says = _SAYS[row.role].format(carrier=carrier)
-    return (f'<text y="{y}" fill="{colour}">{_cells(columns, part, row.row, row.code)}'
+    return (f'<text y="{y}" fill="{colour}">{_cells(columns, part, row.where, row.code)}'
             f'<tspan x="{columns.says}" font-style="italic">{escape(says)}</tspan></text>')
 
 
-def _cells(columns: _Columns, part: str, row: int, code: str) -> str:
+def _cells(columns: _Columns, part: str, where: str, code: str) -> str:
     """One row's first three columns as tspans; a column is placed by its own x, so that the
     spaces between them need no preserving."""
     return (f'<tspan x="{_LEFT}">{escape(part)}</tspan>' if part else "") + \
-        (f'<tspan x="{columns.row_right}" text-anchor="end">{row}</tspan>'
+        (f'<tspan x="{columns.row_right}" text-anchor="end">{escape(where)}</tspan>'
          f'<tspan x="{columns.code}">{escape(code)}</tspan>')
