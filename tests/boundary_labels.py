@@ -11,12 +11,13 @@ from explainer.render import diagram
 
 
 def labels(data: dict) -> list[str]:
-    """The carrier, each call's `row  code`, and `row  edits here` for the first line fixes[0]
-    edits in the finding's file."""
+    """The carrier, each call's `row  code` (a statement over several lines read as one line,
+    without its comments), and `row  edits here` for the first line fixes[0] edits in the
+    finding's file."""
     evidence = data["evidence"]
     sites = [evidence["made_at"], evidence["freed_by"], *evidence["steps"], evidence["backward"]]
     found = [f"`{evidence['carrier']}`"]
-    found += [f"{site['row']}  {_squeezed(site['code'])}" for site in sites if site is not None]
+    found += [f"{site['row']}  {_one_line(site['code'])}" for site in sites if site is not None]
     rows = [e["location"]["row"] for e in data["fixes"][0]["edits"] if e["filename"] == data["filename"]] \
         if data["fixes"] else []
     if rows:
@@ -36,6 +37,13 @@ def missing(data: dict, drawn_from: Finding | None = None) -> list[str]:
              for e in ET.fromstring(diagram.svg(drawn)).iter() if e.tag.endswith("text")]
     return [f"text: {label}" for label in labels(data) if label not in text] + \
         [f"svg: {label}" for label in labels(data) if not any(label in s for s in shown)]
+
+
+def _one_line(code: str) -> str:
+    lines = code.splitlines()
+    if len(lines) > 1:  # the samples' comments hold no "#" in a string
+        lines = [line.split("#", 1)[0] for line in lines]
+    return " ".join(" ".join(lines).split())
 
 
 def _squeezed(text: str) -> str:

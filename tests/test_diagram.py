@@ -72,6 +72,14 @@ def test_the_picture_does_not_grow_with_the_graph(findings):
     assert diagram.svg(diagram.timeline(large)) == diagram.svg(diagram.timeline(finding))
 
 
+def test_a_statement_over_several_lines_is_drawn_on_one_without_its_comments(findings):
+    finding = findings["rnn_hidden_chunks"]
+    made_at = replace(finding.evidence.made_at, code="out, hidden = model(x,  # the state\n        hidden)")
+    drawn = diagram.timeline(replace(finding, evidence=replace(finding.evidence, made_at=made_at)))
+    assert f"{made_at.row}  out, hidden = model(x, hidden)  makes `hidden`" in re.sub(r" {2,}", "  ", diagram.text(drawn)[0])
+    assert "the state" not in diagram.svg(drawn) and "out, hidden = model(x, hidden)</tspan>" in diagram.svg(drawn)
+
+
 def test_no_boundary_no_picture(findings):
     finding = findings["rnn_hidden_chunks"]
     assert diagram.timeline(replace(finding, kind="no-grad")) is None

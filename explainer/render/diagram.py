@@ -7,6 +7,8 @@ graph of 10^6 nodes gives the same few rows as one of 20.
 """
 from __future__ import annotations
 
+import io
+import tokenize
 from dataclasses import dataclass
 from html import escape
 
@@ -59,8 +61,23 @@ def timeline(finding: Finding) -> Timeline | None:
     def where(filename: str, row: int) -> str:
         return place(filename, row) if len(files) > 1 else str(row)
 
-    rows = [Row(where(site.filename, site.row), site.code, role) for site, role in events]
+    rows = [Row(where(site.filename, site.row), _one_line(site.code), role) for site, role in events]
     return Timeline(evidence.carrier, tuple(rows[:-1]), tuple(rows[-1:]), where(*fix) if fix else None, inplace)
+
+
+def _one_line(code: str) -> str:
+    """A statement written over several lines, drawn on one: its comments dropped (a comment
+    inside it would read as commenting out the rest), its lines joined."""
+    lines = code.splitlines()
+    if len(lines) > 1:
+        try:
+            for token in tokenize.generate_tokens(io.StringIO(code).readline):
+                if token.type == tokenize.COMMENT:
+                    row, column = token.start
+                    lines[row - 1] = lines[row - 1][:column]
+        except (tokenize.TokenError, SyntaxError):
+            pass  # not one whole statement: join it as it is
+    return " ".join(" ".join(lines).split())
 
 
 # What each role says beside its line; the kind's own words for the boundary.
