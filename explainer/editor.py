@@ -275,7 +275,7 @@ def hover_markdown(finding: Finding) -> str:
     parts = [f"**{finding.code} {cause.name}**: {cause.title}"]
     if finding.confirmed or finding.origin == "runtime":
         parts.append("*Confirmed when it ran.*" if finding.confirmed else "*Seen when it ran.*")
-    drawn = diagram.timeline(finding)
+    drawn = diagram.timeline(finding) if not _calls_in_other_cells(finding) else None
     if drawn is not None:
         parts.append("```text\n" + "\n".join(diagram.text(drawn)) + "\n```")
     if finding.fix is not None:
@@ -283,6 +283,15 @@ def hover_markdown(finding: Finding) -> str:
     parts.append(cause.why)
     parts.append(f"[{finding.code} documentation]({finding.url})")
     return "\n\n".join(parts)
+
+
+def _calls_in_other_cells(finding: Finding) -> bool:
+    """Whether a notebook cell's finding has calls in other cells: those stay in the kernel's
+    file for the cell that ran, which the editor cannot name (its picture would show that file's
+    meaningless name), so the hover leaves the picture out."""
+    evidence = finding.evidence
+    sites = [evidence.made_at, evidence.backward, evidence.freed_by, *evidence.steps]
+    return finding.cell is not None and any(s is not None and s.filename != finding.filename for s in sites)
 
 
 def fix_title(finding: Finding) -> str:

@@ -194,3 +194,20 @@ def test_a_picture_across_two_files_names_the_file_of_each_line(tmp_path):
                   "train.py:11  optimizer.step()"):
         assert label in shown and any(label in row for row in svg_rows), (label, shown)
     assert boundary_labels.missing(data) == []
+
+
+def test_a_hover_draws_a_cells_picture_only_when_its_calls_are_in_that_cell(findings):
+    """A runtime finding moved onto a notebook cell keeps, for calls in other cells, the
+    kernel's file name, which means nothing in the editor: no picture then."""
+    from explainer import editor
+
+    finding = replace(findings["rnn_hidden_chunks"], filename="notebook.ipynb", cell=2, origin="runtime")
+    evidence = finding.evidence
+    in_cell = replace(finding, evidence=replace(evidence, made_at=replace(evidence.made_at, filename="notebook.ipynb"),
+                                                backward=replace(evidence.backward, filename="notebook.ipynb"),
+                                                freed_by=replace(evidence.freed_by, filename="notebook.ipynb"),
+                                                steps=tuple(replace(s, filename="notebook.ipynb") for s in evidence.steps)))
+    assert "```text" in editor.hover_markdown(in_cell)
+    across = replace(in_cell, evidence=replace(in_cell.evidence, backward=replace(
+        evidence.backward, filename="/tmp/ipykernel_1/4242.py")))
+    assert "```text" not in editor.hover_markdown(across) and "**Fix**" in editor.hover_markdown(across)
