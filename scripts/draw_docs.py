@@ -22,6 +22,7 @@ PICTURES = {
     "BX007": "seed002_ex1_hidden_layer",
     "BX008": "seed003_yest_retain_graph",
     "BX010": "grad_then_backward",
+    "BX011": "real/moco_queue_no_clone",
 }
 
 
@@ -33,9 +34,12 @@ def main() -> int:
     env = {**os.environ, "EXPLAINER_HANDOFF": "0", "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryDirectory() as scratch:
         for code, sample in PICTURES.items():
-            found = Path(scratch) / f"{sample}.json"
+            found = Path(scratch) / f"{sample.replace('/', '_')}.json"
             subprocess.run([sys.executable, "-m", "explainer", "run", "--json", str(found), "--svg", str(picture(code)),
                             str(ROOT / "samples" / f"{sample}.py")], env=env, cwd=ROOT, capture_output=True)
+            if not found.exists():
+                print(f"{sample}.py: the explainer wrote no findings", file=sys.stderr)
+                return 1
             codes = [f["code"] for f in json.loads(found.read_text())["findings"]]
             if codes[:1] != [code]:
                 print(f"{sample}.py: found {codes}, not {code}", file=sys.stderr)

@@ -22,8 +22,8 @@ _spec = importlib.util.spec_from_file_location("draw_docs", ROOT / "scripts" / "
 draw_docs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(draw_docs)
 # The samples docs/boundary.md draws, one per cause with a boundary: carried across passes,
-# shared within one pass, saved then changed in place by a step, stored in a container, kept by
-# retain_graph, freed by autograd.grad.
+# shared within one pass, saved then changed in place by a step or by the user's own code,
+# stored in a container, kept by retain_graph, freed by autograd.grad.
 FAMILIES = list(draw_docs.PICTURES.values())
 
 
@@ -211,3 +211,11 @@ def test_a_hover_draws_a_cells_picture_only_when_its_calls_are_in_that_cell(find
     across = replace(in_cell, evidence=replace(in_cell.evidence, backward=replace(
         evidence.backward, filename="/tmp/ipykernel_1/4242.py")))
     assert "```text" not in editor.hover_markdown(across) and "**Fix**" in editor.hover_markdown(across)
+
+
+def test_a_change_by_your_own_code_is_drawn_after_the_line_that_saved_it(findings):
+    """BX011: the finding's `made_at` is the in-place change; the line whose operation saved
+    the tensor comes first (MoCo's queue, read by an einsum, then written by the enqueue)."""
+    lines = [re.sub(r" {2,}", "  ", line) for line in diagram.text(diagram.timeline(findings["real/moco_queue_no_clone"]))]
+    assert lines[0].endswith("43  l_neg = torch.einsum('nc,ck->nk', [q, self.queue])  saves `self.queue` for backward")
+    assert lines[1].endswith("33  self.queue[:, ptr:ptr + batch_size] = keys.T  changes it in place")

@@ -356,6 +356,13 @@ def statement_at(scope: ast.AST, row: int, column: int | None = None) -> ast.stm
     return innermost_statement(scope, row)
 
 
+def statement_code(source: Source, row: int, column: int | None = None) -> str:
+    """The statement at `row` as the user wrote it (the one at `column` where several share the
+    row); the line itself where no statement starts there."""
+    stmt = statement_at(source.tree, row, column)
+    return source.segment(stmt) if stmt is not None and stmt.lineno == row else source.line(row).strip()
+
+
 def loops_around(node: ast.AST, stop: ast.AST | None = None) -> list[ast.stmt]:
     """Enclosing for/while loops, innermost first, not crossing a def."""
     loops = []

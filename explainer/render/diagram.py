@@ -14,6 +14,7 @@ from html import escape
 
 from ..model import CallSite, Finding
 from ..places import place
+from ..reading.source import load, statement_code
 
 # The kinds whose error is about time: history made before a boundary, needed after it.
 _KINDS = ("second-backward", "inplace-modified", "graph-growth")
@@ -46,8 +47,15 @@ def timeline(finding: Finding) -> Timeline | None:
     if finding.kind not in _KINDS or evidence.backward is None or not evidence.carrier:
         return None
     inplace = finding.kind == "inplace-modified"
+    facts = dict(evidence.facts)
     events: list[tuple[CallSite, str]] = []
-    if evidence.made_at is not None:
+    if inplace and "change" in facts and evidence.made_at is not None:
+        # Your own code changed it in place (BX011): `made_at` is that change, and `read` the
+        # line whose operation saved it, in the same file.
+        if isinstance(facts.get("read"), int):
+            events.append((_site(evidence.made_at.filename, facts["read"]), "saves"))
+        events.append((evidence.made_at, "changes"))
+    elif evidence.made_at is not None:
         events.append((evidence.made_at, "saves" if inplace else "makes"))
     if evidence.freed_by is not None:
         events.append((evidence.freed_by, "retains" if finding.kind == "graph-growth" else "frees"))
@@ -63,6 +71,11 @@ def timeline(finding: Finding) -> Timeline | None:
 
     rows = [Row(where(site.filename, site.row), _one_line(site.code), role) for site, role in events]
     return Timeline(evidence.carrier, tuple(rows[:-1]), tuple(rows[-1:]), where(*fix) if fix else None, inplace)
+
+
+def _site(filename: str, row: int) -> CallSite:
+    source = load(filename)
+    return CallSite(filename, row, statement_code(source, row) if source is not None else "")
 
 
 def _one_line(code: str) -> str:

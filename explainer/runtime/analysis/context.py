@@ -104,11 +104,7 @@ class Context:
         """The statement at `row` (the one at `column` where several share the row), as the
         user wrote it."""
         source = src.load(filename)
-        if source is None:
-            return CallSite(filename, row, "")
-        stmt = src.statement_at(source.tree, row, column)
-        code = source.segment(stmt) if stmt is not None and stmt.lineno == row else source.line(row).strip()
-        return CallSite(filename, row, code)
+        return CallSite(filename, row, src.statement_code(source, row, column) if source is not None else "")
 
     def backward_site(self) -> CallSite | None:
         return self.call_site(self.call.filename, self.call.row, self.call.column) if self.call is not None else None
