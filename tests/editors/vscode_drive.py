@@ -54,6 +54,16 @@ def quick_fix(page, out_dir: str, shot: str) -> None:
     page.keyboard.press("Enter")
 
 
+def go_to(page, row, column) -> None:
+    """Put the cursor at ROW and 0-based COLUMN of the open editor, with Go to Line (Ctrl+G)."""
+    page.locator(".monaco-editor .view-lines").first.click()
+    page.keyboard.press("Control+G")
+    time.sleep(0.5)
+    page.keyboard.type(f"{row}:{int(column) + 1}")
+    page.keyboard.press("Enter")
+    time.sleep(0.5)
+
+
 def wait_until_no_problems(page) -> None:
     deadline = time.time() + 60
     while problems(page) and time.time() < deadline:
@@ -129,12 +139,7 @@ def fix(url, folder, out_dir, sample, row, column, notebook) -> None:
         report["log"] = log_lines(page, out_dir)
         report["rule_tabs"] = open_rule_page(page, out_dir)
 
-        page.locator(".monaco-editor .view-lines").first.click()
-        page.keyboard.press("Control+G")
-        time.sleep(0.5)
-        page.keyboard.type(f"{row}:{int(column) + 1}")
-        page.keyboard.press("Enter")
-        time.sleep(0.5)
+        go_to(page, row, column)
         quick_fix(page, out_dir, "quick-fix-menu.png")
         wait_until_no_problems(page)
         report["text_after_fix"] = page.locator(".monaco-editor .view-lines").first.inner_text()
@@ -206,12 +211,7 @@ def hover(url, folder, out_dir, sample, row, column, shot) -> None:
         page.locator(".markers-panel .monaco-list-row", has_text="confirmed when it ran").wait_for(timeout=120000)
         page.keyboard.press("Control+J")  # the panel closed, the hover has the editor's height to show in
         time.sleep(0.5)
-        page.locator(".monaco-editor .view-lines").first.click()
-        page.keyboard.press("Control+G")
-        time.sleep(0.5)
-        page.keyboard.type(f"{row}:{int(column) + 1}")
-        page.keyboard.press("Enter")
-        time.sleep(0.5)
+        go_to(page, row, column)
         page.keyboard.press("Control+K")
         page.keyboard.press("Control+I")
         shown = page.locator(".monaco-hover:visible", has_text="Confirmed when it ran").first
