@@ -366,7 +366,8 @@ def _has_history(node: ast.AST, scope: ast.AST, before: int, strict: bool, ignor
         # it iterates over (the loop variable has no assignment of its own to follow).
         # `[m.detach() for m in members]`: only where the element reads a loop variable uncut.
         return recurse(node.elt) or any(live_reads(node.elt, v) for v in comprehension_variables(node)) \
-            and any(recurse(generator.iter) for generator in node.generators)
+            and any(recurse(generator.iter) or _parameters_of_a_module(generator.iter, scope, before)
+                    for generator in node.generators)
     if isinstance(node, ast.BinOp):
         return recurse(node.left) or recurse(node.right)
     if isinstance(node, ast.UnaryOp):
@@ -384,6 +385,10 @@ def _has_history(node: ast.AST, scope: ast.AST, before: int, strict: bool, ignor
             bound = bindings[expression]
             return has_history(bound.value, bound.scope, bound.before, strict=strict, ignore=bound.ignore,
                                depth=depth + 1, bindings=bound.bindings)
+        if last is None and isinstance(node, ast.Attribute) and node.attr not in _NO_HISTORY_ATTRIBUTES \
+                and not isinstance(node.value, ast.Attribute):
+            # `obs_result.act` of `obs_result = policy(batch)`: a field of a result with history.
+            return src.canonical(node.value) != "self" and recurse(node.value)
         if last is None or under_no_grad(last.stmt):
             return False
         value = last.value
@@ -396,8 +401,25 @@ def _has_history(node: ast.AST, scope: ast.AST, before: int, strict: bool, ignor
             filled = [(call.args[-1], call.lineno) for call in src.appends(scope, expression) if call.args] \
                 + [(item.value, item.stmt.lineno) for item in src.item_assignments(scope, expression)]
             return any(recurse(item, row) for item, row in filled if item is not None)
-        return value is not None and recurse(value, last.stmt.lineno)
+        if value is not None and recurse(value, last.stmt.lineno):
+            return True
+        # `states = torch.zeros(n, d)`, then `states[h] = state` in a rollout: a tensor written
+        # into with a value that has history has it too.
+        return any(item.value is not None and last.stmt.lineno < item.stmt.lineno < before
+                   and recurse(item.value, item.stmt.lineno) for item in src.item_assignments(scope, expression))
     return False
+
+
+def _parameters_of_a_module(node: ast.AST, scope: ast.AST, before: int) -> bool:
+    """`model.parameters()`: leaves that require grad, iterated over (`[p.clone() for p in
+    model.parameters()]`). Passed whole (`Adam(model.parameters())`) it computes nothing."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+        and node.func.attr == "parameters" and is_module(node.func.value, scope, before)
+
+
+# Attributes of a tensor that are no tensor, or one without history.
+_NO_HISTORY_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "grad",
+                                    "grad_fn", "is_leaf", "layout", "names", "data"})
 
 
 # Builtins whose result is a Python scalar or string: no tensor, so no history (`float(t)` cuts it).
@@ -834,9 +856,21 @@ def carried_across_passes(stmt: ast.stmt, target: ast.expr, scope: ast.AST, cont
         return False
     expression = src.canonical(target)
     reads = live_reads(value, expression) if not isinstance(stmt, ast.AugAssign) else [target]
-    if not reads or not has_history(value, scope, stmt.lineno, strict=strict, ignore=expression):
+    if not reads or not (has_history(value, scope, stmt.lineno, strict=strict, ignore=expression)
+                         or starts_with_history(scope, expression, container)):
         return False
     return not detached_in(container, expression) and not fresh_each_pass(container, stmt, expression)
+
+
+def starts_with_history(scope: ast.AST, expression: str, loop: ast.AST) -> bool:
+    """`expression` holds history the file shows before `loop` starts (`fast = [p.clone() for p in
+    model.parameters()]`): re-assigned from itself alone (`fast = [w - lr * g for ...]`), each
+    pass's value still hangs on the previous pass's graph."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        return False
+    first = src.last_assignment(scope, expression, loop.lineno)
+    return first is not None and not under_no_grad(first.stmt) \
+        and has_history(first.value, scope, first.stmt.lineno, strict=True)
 
 
 def fresh_each_pass(container, stmt, expression) -> bool:

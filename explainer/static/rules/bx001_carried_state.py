@@ -23,6 +23,7 @@ from ...reading.training import (
     reset_after,
     running_total,
     sees_previous_pass,
+    starts_with_history,
     training_loops,
     under_no_grad,
 )
@@ -35,12 +36,18 @@ CODE = CAUSE.code
 def check(module: CheckedModule) -> Iterator[Finding]:
     seen: set[int] = set()
     # Innermost loops first: a statement is judged by the loop that repeats it most directly.
+    # A loop whose every backward keeps its graph (MAML's inner steps, `autograd.grad(...,
+    # create_graph=True)`) frees nothing: the loop around it judges its statements too.
     loops = sorted(training_loops(module.tree), key=lambda t: -sum(1 for _ in src.ancestors(t.loop)))
     for training in loops:
+        keeps_graphs = bool(backward_calls(training.loop)) and not any(
+            b.frees_graph() for b in backward_calls(training.loop))
         for node in src.own_nodes(training.loop):
             if isinstance(node, (ast.Assign, ast.AugAssign)) and id(node) not in seen:
-                seen.add(id(node))
-                yield from _carried(module, node, training.scope, training.loop)
+                found = list(_carried(module, node, training.scope, training.loop))
+                if found or not keeps_graphs:
+                    seen.add(id(node))
+                yield from found
     for method in _module_methods(module.tree):
         for node in src.own_nodes(method):
             if isinstance(node, (ast.Assign, ast.AugAssign)):
@@ -65,10 +72,7 @@ def _carried(module, stmt, scope, loop, attributes_only=False) -> Iterator[Findi
             continue
         if loop is not None and running_total(stmt) is not None:
             continue  # BX002's business
-        fix = _fix(module, stmt, target, expression, scope, loop)
-        if fix is not None and not strict and not has_history(src.value_of(stmt), scope, stmt.lineno, strict=True,
-                                                              ignore=expression):
-            fix = fix.unproven()  # `.detach()` on a value the source does not show to be a tensor
+        fix = _fix(module, stmt, target, expression, scope, loop, strict)
         yield module.finding(CODE, "itself", target, fix, carrier=module.source.segment(target), made_at=stmt)
 
 
@@ -149,7 +153,26 @@ def _reset_after_its_backward(loop, expression) -> bool:
                               or not any(b.frees_graph() or b.retains_graph() for b in through))
 
 
-def _fix(module, stmt, target, expression, scope, loop):
+def _fix(module, stmt, target, expression, scope, loop, strict):
+    value = src.value_of(stmt)
+    # Its history only the first value's, made from the weights before the loop (MAML's fast
+    # weights): a detach would stop the weights training through it, this step's too.
+    from_weights = loop is not None and not has_history(value, scope, stmt.lineno, ignore=expression) \
+        and starts_with_history(scope, expression, loop)
+    if loop is not None:
+        # Unrolled in an inner loop, each pass of `loop` repeating the same recurrence: each
+        # pass starts where the first did (or from the weights as they are then).
+        restart = detach_carried.restart_each_pass(module.source, expression, stmt, loop, scope, from_weights)
+        if restart is not None:
+            return restart
+    cut = _cut(module, stmt, target, expression, scope, loop)
+    if cut is not None and (from_weights or not strict and not has_history(value, scope, stmt.lineno, strict=True,
+                                                                           ignore=expression)):
+        cut = cut.unproven()  # or `.detach()` on a value the source does not show to be a tensor
+    return cut
+
+
+def _cut(module, stmt, target, expression, scope, loop):
     is_tuple = _initial_is_tuple(scope, expression, stmt.lineno)
     if loop is None:
         class_node = src.parent(scope)
@@ -175,7 +198,7 @@ def _fix(module, stmt, target, expression, scope, loop):
 
 def _initial_is_tuple(scope, expression, before) -> bool:
     earlier = [a for a in src.assignments(scope, expression) if a.stmt.lineno < before]
-    return bool(earlier) and isinstance(src.value_of(earlier[0].stmt), ast.Tuple)
+    return bool(earlier) and isinstance(earlier[0].value, ast.Tuple)  # not `memory, norm = None, None`
 
 
 def _reset_per_sequence(tree, forward, expression: str) -> bool:
@@ -238,6 +261,20 @@ THROUGH_LOCALS = """
             optimizer.zero_grad()
             loss.backward()
 {after}            optimizer.step()
+"""
+
+# MAML on a few tasks: inner steps adapt fast weights with create_graph=True, the meta-loss trains
+# the weights through them.
+MAML_TASKS = """
+        net = nn.Linear(1, 1)
+        meta_optimizer = torch.optim.Adam(net.parameters())
+{before}        for x, y in tasks:
+{each}            for _ in range(2):
+                grads = torch.autograd.grad(F.mse_loss(F.linear(x, *fast), y), fast, create_graph=True)
+                fast = [w - 0.05 * g for w, g in zip(fast, grads)]
+            meta_optimizer.zero_grad()
+            F.mse_loss(F.linear(x, *fast), y).backward()
+            meta_optimizer.step()
 """
 
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
@@ -321,6 +358,8 @@ INVALID: list[Invalid] = [
                 y, self.hidden = self.lstm(x, self.hidden)
                 return y
     """),
+    Invalid("MAML's fast weights made once, before the task loop, adapted by inner steps that keep their graph",
+            MAML_TASKS.format(before="        fast = [w.clone() for w in net.parameters()]\n", each="")),
     Invalid("a state with a reset method that the script calls once, before the loop", """
         class Tagger(nn.Module):
             def __init__(self):
@@ -463,6 +502,17 @@ VALID: list[Valid] = [
             new_h.sum().backward()
             h = new_h.detach()
             last_output = new_h
+    """),
+    Valid("MAML's fast weights made afresh from the weights for every task",
+          MAML_TASKS.format(before="", each="            fast = [w.clone() for w in net.parameters()]\n")),
+    Valid("first-order inner steps, fast weights made for every task (no create_graph)", """
+        net = nn.Linear(1, 1)
+        for x, y in tasks:
+            fast = list(net.parameters())
+            for _ in range(3):
+                grads = torch.autograd.grad(F.mse_loss(F.linear(x, *fast), y), fast)
+                fast = [w - 0.1 * g for w, g in zip(fast, grads)]
+            F.mse_loss(F.linear(x, *fast), y).backward()
     """),
     Valid("counter and step", """
         step = 0
