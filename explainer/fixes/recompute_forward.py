@@ -73,10 +73,25 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
                          upstream: Callable[[ast.stmt], bool] | None = None,
                          also: list[ast.stmt] = ()) -> Fix | None:
     """Re-run `carrier_stmt` (and what was derived from it before `after_row`) just before the
-    first statement after `after_row` that uses it. `upstream` says which of the statements it
-    was computed from, in the same block, made tensors with history: the first backward freed
-    their graphs too (`advantage = returns - value` needs `value = critic(s)` again). `also`:
-    more statements to recompute with it (the other critic's forward, stepped too)."""
+    first statement after `after_row` that uses it; see `recomputed`."""
+    plan = recomputed(scope, carrier_stmt, after_row, failing_stmt, upstream, also)
+    if plan is None:
+        return None
+    kept, insertion = plan
+    lines = [*zero_grad_again(scope, after_row, insertion.lineno, failing_stmt),
+             *(line for stmt in kept for line in statement_text(source, stmt))]
+    return Fix(why, (insert_lines_before(source, insertion, lines),))
+
+
+def recomputed(scope: ast.AST, carrier_stmt: ast.stmt, after_row: int, failing_stmt: ast.stmt,
+               upstream: Callable[[ast.stmt], bool] | None = None,
+               also: list[ast.stmt] = ()) -> tuple[list[ast.stmt], ast.stmt] | None:
+    """(the statements to run again, the statement they go before): `carrier_stmt` and what was
+    derived from it before `after_row`, where the first statement after `after_row` that uses
+    it needs them. `upstream` says which of the statements it was computed from, in the same
+    block, made tensors with history: the first backward freed their graphs too (`advantage =
+    returns - value` needs `value = critic(s)` again). `also`: more statements to recompute
+    with it (the other critic's forward, stepped too)."""
     if not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
         return None
     statements = _simple_statements(scope)
@@ -103,9 +118,7 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
     written = _written_into(scope, failing_stmt.lineno, kept)
     if any(row > stmt.lineno for stmt in kept for t in targets_of(stmt) for row in written.get(canonical(t), ())):
         return None  # `states = torch.zeros(...)`, then `states[h] = ...` in a loop: a copy would be zeros
-    lines = [*zero_grad_again(scope, after_row, insertion.lineno, failing_stmt),
-             *(line for stmt in kept for line in statement_text(source, stmt))]
-    return Fix(why, (insert_lines_before(source, insertion, lines),))
+    return kept, insertion
 
 
 def move_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, after_row: int,

@@ -1,13 +1,15 @@
 """BX007 step-before-backward, found in source: the cause and its docs are explainer/causes/bx007_step_before_backward.py."""
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from ...causes.bx007_step_before_backward import CAUSE
 from ...fixes import graph_options, recompute_forward
 from ...model import Finding, Fix
+from ...reading import source as src
 from ...reading.dataflow import Ancestor, Step, ancestors, carries_history, modules_called, same_pass, steps
-from ...reading.training import RETAIN_KEYWORDS, Backward, backward_calls, scopes
+from ...reading.training import RETAIN_KEYWORDS, Backward, backward_calls, has_history, scopes
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
@@ -60,12 +62,20 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
     source = module.source
     name = source.segment(stale.target)
     step_code = source.segment(step.call)
+    # What it was made from in the same block, with history, is made again with it: the first
+    # backward went through those graphs too (`fake = generator(z)` under `discriminator(fake)`).
     fix = recompute_forward.recompute_before_use(
         source, scope, stale.stmt, step.line, backward.statement,
         f"Recompute `{name}` after `{step_code}` (line {step.line}), so the backward goes through "
-        f"a graph built with the updated weights")
+        f"a graph built with the updated weights",
+        upstream=_made_history(scope))
     retaining = [c for c in calls if c.line < step.line and same_pass(stale.stmt, c.call) and c.retains_graph()]
-    if fix is not None and retaining:
+    if fix is not None and _reads_history_it_does_not_make(scope, stale, step, backward):
+        # The backward goes on into a graph made before the step (an imagined rollout), now with
+        # some weights stepped and some not: whether that is what the code means, or both
+        # updates should take their gradients before either steps, the source does not say.
+        fix = fix.unproven()
+    elif fix is not None and retaining:
         keyword = next((k.arg for k in retaining[-1].call.keywords if k.arg in RETAIN_KEYWORDS), "retain_graph")
         drop = graph_options.drop_keyword(source, retaining[-1].call, keyword)
         if drop is not None:
@@ -76,6 +86,28 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         fix = fix.unproven()
     return module.finding(CODE, "stale", stale.target, fix, carrier=name, made_at=stale.stmt, backward=backward.call,
                           steps=(step.call,))
+
+
+def _reads_history_it_does_not_make(scope, stale: Ancestor, step: Step, backward: Backward) -> bool:
+    """Whether the statements the fix runs again read a value with history that they do not
+    make (`flatten_states`, made by the model the other optimizer trains): the graph behind it
+    is the one the first backward went through, which must then still be retained."""
+    plan = recompute_forward.recomputed(scope, stale.stmt, step.line, backward.statement, _made_history(scope))
+    if plan is None:
+        return False
+    kept, _ = plan
+    made: set[str] = set()
+    for stmt in kept:
+        reads = [n for n in ast.walk(src.value_of(stmt)) if isinstance(n, ast.Name) and n.id not in made]
+        if any(has_history(n, scope, stmt.lineno) for n in reads):
+            return True
+        made |= {n.id for t in src.targets_of(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return False
+
+
+def _made_history(scope):
+    """Which statements made a value with history: the fix runs them again with the carrier."""
+    return lambda stmt: has_history(src.value_of(stmt), scope, stmt.lineno)
 
 
 # A hard target update between the target network's forward and the backward through it.
