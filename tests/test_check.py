@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -13,11 +14,12 @@ from pathlib import Path
 import pytest
 
 import manifest
+import trained
 from conftest import ROOT
 from explainer.causes import CAUSES
 from explainer.fixes.edits import apply_edits
 from explainer.model import Edit, Fix, Location
-from explainer.static.check import check_text
+from explainer.static.check import check_paths, check_text
 from explainer.static.rules import RULES
 
 # The code expected at each buggy sample's culprit line.
@@ -32,15 +34,12 @@ EXPECTED = {
     "actor_critic_step": "BX007", "gan_step_before_g": "BX007", "seed000_ex2_retain_graph": "BX007",
     "seed002_ex1_hidden_layer": "BX007",
     "no_grad_forward": "BX009", "seed000_ex3_detach": "BX009",
-    "grad_then_backward": "BX010",
+    "grad_then_backward": "BX010", "maml_fast_weights": "BX001",
 }
 SAMPLES = {s.name: s for s in manifest.samples()}
 # Buggy samples the checker does not find yet, with why; the runtime explains them. When it
 # learns one, test_known_static_misses_are_still_missed fails: move it to EXPECTED.
 STATIC_MISSES = {
-    # BX001 judges `fast = [w - lr * g ...]` by its innermost loop, whose autograd.grad
-    # (create_graph=True) keeps the graph on purpose; the freeing backward is the outer loop's.
-    "maml_fast_weights",
     # BX001 judges `self.` state in `forward` only; this one lives in a plain object's method.
     "attribute_replaced_after_read",
 }
@@ -74,6 +73,53 @@ def test_buggy_sample_is_flagged_at_its_culprit_line_and_its_fix_silences_it(nam
     patched = apply_edits(sample.path.read_text(), fix.edits)
     compile(patched, name, "exec")
     assert not [d for d in check_text(patched, str(sample.path)) if d.code == EXPECTED[name]]
+
+
+def _safe_fix_at_culprit(sample) -> bool:
+    found = [d for d in check_file(sample.path) if d.location.row == sample.culprit_row]
+    return bool(found) and found[0].fix is not None and found[0].fix.applicability == "safe"
+
+
+# Every buggy sample, ours, the real-world cases and those run by libraries, that the checker
+# flags at its culprit line with a safe fix.
+SAFELY_FIXED = [s for s in manifest.samples() + manifest.real_cases() + manifest.library_cases()
+                if s.kind != "none" and _safe_fix_at_culprit(s)]
+
+
+def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases():
+    assert len([s for s in SAFELY_FIXED if s in manifest.samples()]) >= 25
+    assert [s.name for s in SAFELY_FIXED if s in manifest.real_cases()] == ["real/infini_attention_memory"]
+
+
+@pytest.mark.parametrize("sample", SAFELY_FIXED, ids=lambda s: s.name)
+def test_check_fix_makes_the_script_train_what_its_twin_trains(sample, tmp_path):
+    """`explainer check --fix` on a copy of the sample: the safe fixes leave a script that runs
+    clean and trains the weights its expert-fixed twin trains, with the same seed."""
+    patched = tmp_path / sample.path.name
+    shutil.copy(sample.path, patched)
+    shutil.copy(manifest.HERE / "_device.py", tmp_path)
+    assert check_paths([str(patched)], fix=True).fixed >= 1
+    result = trained.trained_by(patched, tmp_path / "fixed.pt")
+    assert result["error"] is None
+    assert trained.like_a_twin(result, sample.twins, tmp_path) == []
+
+
+@pytest.mark.parametrize("name, why", [
+    # The second critic recomputed after the first one's step, but the actor's loss still reads
+    # both critics' Q values from before their steps: the fixed script would fail there.
+    ("real/tianshou_sac_batched_critic", "leaves another"),
+    # The recomputed value reads the imagined rollout, made before the step: which weights the
+    # second loss means to use, the source does not say.
+    ("real/dreamer_value_step_before_action", "reads history"),
+    ("real/resample_retain_step", "reads history"),
+])
+def test_a_recompute_the_source_cannot_prove_is_unsafe(name, why):
+    sample = {s.name: s for s in manifest.real_cases()}[name]
+    [found] = [d for d in check_file(sample.path) if d.location.row == sample.culprit_row]
+    assert (found.code, found.fix.applicability) == ("BX007", "unsafe")
+    if why == "leaves another":
+        fixed = apply_edits(sample.path.read_text(), found.fix.edits)
+        assert [d.code for d in check_text(fixed, str(sample.path))] == ["BX007"]
 
 
 @pytest.mark.parametrize("sample", [s for s in SAMPLES.values() if s.fixed], ids=lambda s: s.name)
