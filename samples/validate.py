@@ -1,6 +1,6 @@
 """Run every sample through `python -m explainer run` and print a table.
 
-    python samples/validate.py --device cpu|cuda [--write-readme] [--jobs N]
+    python samples/validate.py --device cpu|cuda [--write-readme] [--jobs N] [--only NAME ...]
 
 For each buggy sample (the scenarios beside this file, the real-world cases in real/ and the
 cases run by libraries in libraries/): the
@@ -107,7 +107,16 @@ def main() -> int:
     parser.add_argument("--write-readme", action="store_true")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="samples checked at once (each check runs its own processes)")
+    parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                        help="check only the samples whose name (`real/NAME` for a real-world case) starts "
+                             "with one of these")
     options = parser.parse_args()
+    if options.only and options.write_readme:
+        parser.error("--write-readme writes the whole table: it cannot be combined with --only")
+    chosen = [s for s in manifest.samples() + manifest.real_cases() + manifest.library_cases()
+              if not options.only or s.name.startswith(tuple(options.only))]
+    if not chosen:
+        parser.error(f"no sample's name starts with {' or '.join(options.only)}")
     if options.device == "cuda":
         import torch
 
@@ -123,7 +132,7 @@ def main() -> int:
                   file=sys.stderr, flush=True)
             return row
 
-        rows = list(pool.map(check_and_report, manifest.samples() + manifest.real_cases() + manifest.library_cases()))
+        rows = list(pool.map(check_and_report, chosen))
     rendered = table(rows)
     print(rendered)
     if options.write_readme:
