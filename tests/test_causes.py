@@ -91,7 +91,9 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "version": 1, "graph_nodes": 20000, "kept": "buffer.items.log_probs", "via": "buffer.add(samples)",
          "via_row": 8, "read": 4, "module": "self.layer", "caller": "loss = closure()", "caller_row": 12,
          "grad_off": "`@torch.no_grad()` on `step`", "made": "self.fake_B", "detached_row": 6, "plain_rows": "7",
-         "error": "invalid syntax", "method": "meter.update", "consumer": "finish_episode"}
+         "error": "invalid syntax", "method": "meter.update", "consumer": "finish_episode",
+         "switch": "torch.set_grad_enabled(False)", "switch_file": "/w/train.py", "switch_row": 4,
+         "switch_function": "evaluate"}
 
 
 def evidence(**changes) -> Evidence:

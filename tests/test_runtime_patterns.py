@@ -127,6 +127,57 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    "autograd left off by an evaluation helper's set_grad_enabled(False)": ("no-grad", "out", """
+        import torch
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def evaluate(x):
+            torch.set_grad_enabled(False)
+            return model(x).mean().item()
+
+        for _ in range(2):
+            out = model(torch.randn(4, 3))  # culprit
+            loss = out.pow(2).mean()
+            loss += 0.01 * model.weight.abs().sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            evaluate(torch.randn(4, 3))
+    """),
+    "autograd switched off for the rest of the script": ("no-grad", "out", """
+        import torch
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.set_grad_enabled(False)
+        baseline = model(torch.randn(4, 3)).mean()
+        for _ in range(2):
+            out = model(torch.randn(4, 3))  # culprit
+            opt.zero_grad()
+            out.pow(2).mean().backward()
+            opt.step()
+    """),
+    "a penalty helper handed detached arguments": ("no-grad", "y", """
+        import torch
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def input_gradient_penalty(x, y):
+            g = torch.autograd.grad(outputs=y, inputs=x, grad_outputs=torch.ones_like(y), create_graph=True)[0]
+            return ((g.norm(2, dim=1) - 1) ** 2).mean()
+
+        def metric(x, y, fn):
+            value = fn(x.detach(), y.detach())  # culprit
+            return value.item()
+
+        for _ in range(2):
+            x = torch.randn(4, 3, requires_grad=True)
+            y = model(x)
+            penalty = metric(x, y, input_gradient_penalty)
+            opt.zero_grad()
+            y.pow(2).mean().backward()
+            opt.step()
+    """),
     "state on a dataclass attribute": ("second-backward", "mem.summary", """
         import torch
         from dataclasses import dataclass

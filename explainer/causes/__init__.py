@@ -95,6 +95,16 @@ class _Phrases(Mapping):
         return place(made.filename, made.row) if made is not None else "an earlier line"
 
     @staticmethod
+    def _switched_at(evidence, facts):
+        """`line 163, in `check_accuracy``, where autograd was switched off; its file's name too
+        when that is not the backward's."""
+        backward = evidence.backward
+        filename, row = facts.get("switch_file", ""), facts.get("switch_row", 0)
+        at = f"line {row}" if backward is None or filename in ("", backward.filename) else place(filename, row)
+        function = facts.get("switch_function", "")
+        return f"{at}, in `{function}`" if function else at
+
+    @staticmethod
     def _freed(evidence, facts):
         """Who freed the graph: "`loss.backward()` in the previous iteration freed" when it is the
         failing call's own line, else "`loss.backward()` (line 14) freed"."""

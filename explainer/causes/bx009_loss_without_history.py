@@ -46,6 +46,13 @@ loss.backward()""",
             "is recorded for the backward (line {backward.row}).",
             "`{carrier}` was computed with autograd off, under {grad_off}.",
             ("computed with autograd off",)),
+        "run-switched-off": Message(
+            "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: "
+            "`{switch}` ({switched_at}) turned autograd off for everything that runs after it, not just for "
+            "its own function, and nothing turned it back on before this forward, so the backward (line "
+            "{backward.row}) has no graph to go through.",
+            "`{carrier}` was computed with autograd off: `{switch}` ({switched_at}) left it off.",
+            ("computed with autograd off, left off by `{switch}`",)),
         "run-decorated": Message(
             "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
             "{decorator_row}), so it has no grad_fn and there is nothing to back-propagate (line {backward.row}).",

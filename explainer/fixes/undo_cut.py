@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Fix
-from ..reading.source import Source, assignments, canonical
-from .edits import delete_lines, insert_lines_before, replace, statement_text
+from ..model import Edit, Fix
+from ..reading.source import Source, assignments, canonical, enclosing_function
+from .edits import delete_lines, imports_torch, insert_lines_before, node_end, replace, statement_text
 from .recompute_forward import last_step_before, zero_grad_again
 
 
@@ -81,3 +81,84 @@ def remove_decorator(source: Source, function: ast.AST, decorator: ast.expr) -> 
                f"every call of it, this training one included, records no graph; where a caller "
                f"wants none, wrap that call in `with torch.no_grad():`",
                (delete_lines(source, decorator),), "unsafe")
+
+
+def scope_the_switch(source: Source, function: ast.AST, stmt: ast.stmt, call: ast.Call) -> Fix | None:
+    """`torch.set_grad_enabled(False)` opening an evaluation helper (`check_accuracy`): run the
+    helper under `@torch.no_grad()` instead, which turns autograd back on when it returns. Only
+    where the switch comes first (the decorator would also cover what ran before it) and the
+    helper does more than switch (a helper that only switches means to)."""
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]  # the docstring
+    if len(body) < 2 or body[0] is not stmt:
+        return None
+    if isinstance(call.func, ast.Attribute):
+        torch = canonical(call.func.value).split(".")[0]  # `torch`, or the name it is imported as
+    elif imports_torch(source):
+        torch = "torch"
+    else:
+        return None
+    return Fix(f"Run `{function.name}` under `@{torch}.no_grad()` instead of `{source.segment(stmt)}`: the "
+               f"decorator turns autograd back on when `{function.name}` returns",
+               (insert_lines_before(source, function, [f"@{torch}.no_grad()"]), delete_lines(source, stmt)))
+
+
+def enable_grad_before(source: Source, stmt: ast.stmt, switch: str, on: str) -> Fix:
+    """Turn autograd back on before the forward with `on`, the call that turned it off given True
+    (the maintainers' fix of tbd-nets' `check_accuracy`, at the start of `train_epoch`)."""
+    return Fix(f"Turn autograd back on with `{on}` before this forward: `{switch}` left it off",
+               (insert_lines_before(source, stmt, [on]),))
+
+
+def remove_cuts(source: Source, cuts: list) -> Fix | None:
+    """Pass the arguments with their graph: `f(y_pred.detach(), y.detach())` -> `f(y_pred, y)`.
+    Unsafe: whatever keeps `f`'s result now keeps its graph too."""
+    if not cuts:
+        return None
+    written = " and ".join(f"`{source.segment(c)}`" for c in cuts)
+    return Fix(f"Pass {written} without the cut: the function they are passed to differentiates them",
+               tuple(replace(source, c, source.segment(c.func.value if isinstance(c, ast.Call) else c.value))
+                     for c in cuts), "unsafe")
+
+
+def detach_the_result_instead(source: Source, stmt: ast.stmt, cuts: list, callee: ast.AST | None) -> Fix | None:
+    """`average_loss = self._loss_fn(y_pred.detach(), y.detach())`, where `_loss_fn` is a gradient
+    penalty that differentiates its arguments: cut its result instead, `self._loss_fn(y_pred,
+    y).detach()` (ignite's own fix). What the statement keeps has no graph, as before, and the
+    function gets the graph it needs. Only where every cut is an argument of the one call the
+    statement assigns, and the cuts are `.detach()` (`.data` shares no such result). Unsafe unless
+    `callee`, the function the call runs, returns a tensor on every path (`.detach()` of anything
+    else fails)."""
+    value = getattr(stmt, "value", None)
+    if not isinstance(stmt, ast.Assign) or not isinstance(value, ast.Call) \
+            or not all(isinstance(c, ast.Call) and any(c is a for a in [*value.args, *(k.value for k in value.keywords)])
+                       for c in cuts):
+        return None
+    at_end = node_end(source, value)
+    return Fix(f"Detach the result of `{source.segment(value.func)}(...)` instead of its arguments: it "
+               f"differentiates them, and `{source.segment(stmt.targets[0])}` is still kept without a graph",
+               tuple(replace(source, c, source.segment(c.func.value)) for c in cuts)
+               + (Edit(source.filename, ".detach()", at_end, at_end),),
+               "safe" if callee is not None and _returns_a_tensor(callee) else "unsafe")
+
+
+# Tensor methods and torch functions whose result is a tensor (`((norm - 1) ** 2).mean()`).
+_TENSOR_RESULTS = frozenset({"mean", "sum", "div", "mul", "add", "sub", "pow", "norm", "abs", "sqrt", "exp", "log",
+                             "clamp", "view", "reshape", "squeeze", "unsqueeze", "flatten"})
+
+
+def _returns_a_tensor(function: ast.AST) -> bool:
+    """Every `return` of `function` (its own, not a nested def's) gives a tensor, as far as its
+    text shows: a tensor method or a `torch.` / `F.` call, or arithmetic on one."""
+    def tensor(node) -> bool:
+        if isinstance(node, ast.BinOp):
+            return tensor(node.left) or tensor(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return tensor(node.operand)
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            return False
+        return node.func.attr in _TENSOR_RESULTS or canonical(node.func.value).split(".")[0] in ("torch", "F")
+    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return) and enclosing_function(n) is function]
+    return bool(returns) and all(r.value is not None and tensor(r.value) for r in returns)

@@ -163,6 +163,19 @@ def no_grad_decorator(function: ast.AST) -> ast.expr | None:
     return next((d for d in getattr(function, "decorator_list", ()) if records_no_graph(d)), None)
 
 
+def switches_grad_off(stmt: ast.stmt) -> ast.Call | None:
+    """The call of `torch.set_grad_enabled(False)` written as a statement, not a `with` block:
+    autograd stays off after it, in every function that runs later, until something turns it
+    back on."""
+    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+        return None
+    call = stmt.value
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    mode = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    off = isinstance(mode, ast.Constant) and mode.value is False
+    return call if name in ("set_grad_enabled", "_set_grad_enabled") and off else None
+
+
 def no_grad_block(node: ast.AST) -> ast.With | ast.AsyncWith | None:
     """The `with torch.no_grad():` around `node`, inside its own function."""
     for ancestor in src.ancestors(node):

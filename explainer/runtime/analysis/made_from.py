@@ -177,7 +177,10 @@ def _inputs(where: Scope, assignment: src.Assignment, follow):
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
                 and isinstance(node.slice, (ast.Constant, ast.UnaryOp)):
             yield where, src.canonical(node), assignment.stmt.lineno  # `losses_q[-1]`, `out["loss"]`
-    for name in sorted(src.names_read(value) - {"self"}):
+    names = src.names_read(value)
+    if isinstance(assignment.stmt, ast.AugAssign) and isinstance(assignment.stmt.target, ast.Name):
+        names = names | {assignment.stmt.target.id}  # `loss += penalty` reads `loss` too
+    for name in sorted(names - {"self"}):
         known = where.values.get(name, None) if where.runs else None
         if not where.runs or name not in where.values or follow(known):
             yield where, name, assignment.stmt.lineno
@@ -256,20 +259,33 @@ def live_scope(ctx, index: int) -> Scope | None:
     values = {**frame.f_globals, **frame.f_locals}
 
     def caller(name: str) -> tuple | None:
-        code = frame.f_code
-        if name not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] or index + 1 >= len(ctx.frames):
+        passed = passed_in(ctx, index, name)
+        if passed is None:
             return None
-        outer = live_scope(ctx, index + 1)
-        stmt = src.innermost_statement(outer.node, ctx.frames[index + 1].f_lineno) if outer is not None else None
-        if stmt is None or not hasattr(node, "args"):
-            return None
-        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
-            if _runs(outer, call, code):
-                argument = argument_for(node, call, name)
-                return (outer, src.canonical(argument), stmt.lineno) if argument is not None else None
-        return None
+        outer, argument, stmt = passed
+        return outer, src.canonical(argument), stmt.lineno
 
     return Scope(source, node, values.get("self"), values, caller=caller)
+
+
+def passed_in(ctx, index: int, name: str) -> tuple | None:
+    """(the caller's scope, the argument it passed, the statement of the call) for the parameter
+    `name` of the user's frame `index`, read in the next frame out; None when `name` is not a
+    parameter or the call is not found."""
+    frame = ctx.frames[index]
+    code = frame.f_code
+    if name not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] or index + 1 >= len(ctx.frames):
+        return None
+    _, node = ctx.frame_source(frame)
+    outer = live_scope(ctx, index + 1)
+    stmt = src.innermost_statement(outer.node, ctx.frames[index + 1].f_lineno) if outer is not None else None
+    if stmt is None or not hasattr(node, "args"):
+        return None
+    for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+        if _runs(outer, call, code):
+            argument = argument_for(node, call, name)
+            return (outer, argument, stmt) if argument is not None else None
+    return None
 
 
 def _runs(where: Scope, call: ast.Call, code) -> bool:

@@ -12,20 +12,20 @@ from ...fixes import undo_cut
 from ...fixes.edits import node_start
 from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
-from ...reading.training import called_without_graph, no_grad_block, no_grad_decorator
+from ...reading.training import called_without_graph, no_grad_block, no_grad_decorator, switches_grad_off
 from .context import Context
 from .evidence import culprit_at, finding
-from .made_from import Scope, made_from, runtime_value
+from .made_from import Scope, made_from, passed_in, runtime_value
 
 
 def explain_no_grad(ctx: Context) -> Finding | None:
     source, scope, failing = ctx.failing_statement()
     if failing is None:
         return None
-    receiver = src.call_receiver(failing, "backward")
+    receiver, call = src.call_receiver(failing, "backward"), None
     if receiver is None:
         call = src.call_named(failing, "grad") or src.call_named(failing, "backward")
-        receiver = call.args[0] if call is not None and call.args else None
+        receiver = _argument(call, 0, ("outputs", "tensors"))
     if receiver is None:
         return None
     frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename), None)
@@ -33,7 +33,10 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     if frame is not None:
         values.update(frame.f_locals)
     start = Scope(source, scope, values.get("self"), values)
-    made = made_from(start, src.canonical(receiver), ctx.call.row)
+    # `out.pow(2).mean().backward()`: the names the loss is computed from, in the one statement.
+    simple = isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript))
+    made = [m for expression in ([src.canonical(receiver)] if simple else sorted(src.names_read(receiver) - {"self"}))
+            for m in made_from(start, expression, ctx.call.row)]
     trained = None
     for where, assignment in made:
         cut = _cut_in(assignment.stmt, where)
@@ -47,7 +50,61 @@ def explain_no_grad(ctx: Context) -> Finding | None:
             return _decorated(ctx, where.source, assignment, *decorated)
         if trained is None and isinstance(value, ast.Call) and _trains(runtime_value(where, value.func)):
             trained = (where, assignment)
-    return _grad_off(ctx, *trained) if trained is not None else None
+    if trained is not None:
+        return _grad_off(ctx, *trained)
+    return _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None)
+
+
+def _argument(call: ast.Call | None, index: int, names: tuple[str, ...]) -> ast.expr | None:
+    """`call`'s argument at `index`, or passed by one of these keywords (`outputs=y_pred`)."""
+    if call is None:
+        return None
+    if len(call.args) > index and not isinstance(call.args[index], ast.Starred):
+        return call.args[index]
+    return next((k.value for k in call.keywords if k.arg in names), None)
+
+
+def _cut_when_passed(ctx: Context, receiver: ast.expr, inputs: ast.expr | None) -> Finding | None:
+    """The loss is a parameter of the function that fails (a gradient penalty's
+    `autograd.grad(outputs=y_pred, inputs=x)`): follow it out through the frames that passed it
+    down. An argument written with a cut (`self._loss_fn(y_pred.detach(), y.detach())` in
+    ignite's `Loss.update`) is where the graph was cut; the culprit is the name the caller cut.
+    The inputs of an `autograd.grad` are followed too: cut in the same call, they must have
+    their graph back as well."""
+    loss = _cut_argument(ctx, receiver)
+    if loss is None:
+        return None
+    source, stmt, argument, callee = loss
+    cuts = [argument]
+    other = _cut_argument(ctx, inputs) if isinstance(inputs, (ast.Name, ast.Attribute)) else None
+    if other is not None and other[1] is stmt:
+        cuts.append(other[2])
+    operand = argument.func.value if isinstance(argument, ast.Call) else argument.value
+    name = source.segment(operand)
+    how = f"`.{argument.func.attr}()`" if isinstance(argument, ast.Call) else "`.data`"
+    evidence = Evidence(name, _site(source, stmt), ctx.backward_site(), advice="no-graph", facts=(("cut", how),))
+    return finding("BX009", "run-cut", "no-grad", evidence, [culprit_at(name, source, node_start(source, operand))],
+                   [undo_cut.detach_the_result_instead(source, stmt, cuts, callee), undo_cut.remove_cuts(source, cuts)])
+
+
+def _cut_argument(ctx: Context, expression: ast.expr):
+    """(source, statement, argument, function called) of the call that passed `expression`, a
+    parameter of the failing frame, down to it with a cut (`y.detach()`), through the frames
+    between; None where a frame makes it itself."""
+    name, index = src.canonical(expression), 0
+    while isinstance(expression, ast.Name) and index + 1 < len(ctx.frames):
+        passed = passed_in(ctx, index, name)
+        if passed is None:
+            return None
+        outer, argument, stmt = passed
+        if isinstance(argument, ast.Call) and isinstance(argument.func, ast.Attribute) \
+                and argument.func.attr == "detach" and not argument.args \
+                or isinstance(argument, ast.Attribute) and argument.attr == "data":
+            return outer.source, stmt, argument, ctx.frame_source(ctx.frames[index])[1]
+        if not isinstance(argument, ast.Name) or src.last_assignment(outer.node, argument.id, stmt.lineno) is not None:
+            return None
+        expression, name, index = argument, argument.id, index + 1
+    return None
 
 
 def _trains(obj) -> bool:
@@ -122,7 +179,36 @@ def _grad_off(ctx: Context, where: Scope, assignment) -> Finding | None:
                                    ("grad_off", off)))
         return finding("BX009", "run-grad-off", "no-grad", evidence, [_assigned(where.source, assignment)],
                        [undo_cut.enable_grad_around(source, stmt)])
-    return None
+    return _left_off(ctx, where, assignment) if not torch.is_grad_enabled() else None
+
+
+def _left_off(ctx: Context, where: Scope, assignment) -> Finding | None:
+    """Autograd is still off where the backward runs, and no caller's block or decorator turned
+    it off: a `torch.set_grad_enabled(False)` statement did, in a function that ran earlier
+    (tbd-nets' `check_accuracy`) or higher up, and nothing turned it back on. Found in the
+    files of the user's frames, the backward's first."""
+    switch = None
+    for filename in dict.fromkeys(frame.f_code.co_filename for frame in ctx.frames):
+        source = src.load(filename)
+        if source is not None:
+            switch = next(((source, stmt, call) for stmt in ast.walk(source.tree)
+                           if (call := switches_grad_off(stmt)) is not None), None)
+        if switch is not None:
+            break
+    if switch is None:
+        return None
+    source, stmt, call = switch
+    function = src.enclosing_function(stmt)
+    name = where.source.segment(assignment.target)
+    forward = assignment.stmt
+    evidence = Evidence(name, _site(where.source, forward), ctx.backward_site(), advice="no-graph",
+                        facts=(("module", where.source.segment(src.value_of(forward).func)),
+                               ("switch", source.segment(stmt)), ("switch_file", source.filename),
+                               ("switch_row", stmt.lineno), ("switch_function", getattr(function, "name", ""))))
+    on = f"{source.segment(call.func)}(True)"
+    fixes = [undo_cut.scope_the_switch(source, function, stmt, call) if function is not None else None,
+             undo_cut.enable_grad_before(where.source, forward, source.segment(stmt), on)]
+    return finding("BX009", "run-switched-off", "no-grad", evidence, [_assigned(where.source, assignment)], fixes)
 
 
 def _decorated(ctx: Context, source, assignment, function: ast.FunctionDef, decorator: ast.expr) -> Finding:
