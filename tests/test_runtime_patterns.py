@@ -178,6 +178,53 @@ PATTERNS = {
             y.pow(2).mean().backward()
             opt.step()
     """),
+    "the generator's step scores the critic's sample, not its own": ("second-backward", "fake", """
+        import torch
+        G, D = torch.nn.Linear(2, 3), torch.nn.Linear(3, 1)
+        opt_g, opt_d = torch.optim.SGD(G.parameters(), lr=0.1), torch.optim.SGD(D.parameters(), lr=0.1)
+        for _ in range(2):
+            for _ in range(2):
+                z = torch.randn(4, 2)
+                fake = G(z)  # culprit
+                opt_d.zero_grad()
+                D(fake).mean().backward()
+                opt_d.step()
+            z = torch.randn(4, 2)
+            gen = G(z)
+            opt_g.zero_grad()
+            (-D(fake).mean()).backward()
+            opt_g.step()
+    """),
+    "two caches written with grad on, side by side, in a nested layer": ("second-backward", "self.cache_k", """
+        import torch
+
+        class Attention(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.wk, self.wv = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+                self.cache_k, self.cache_v = torch.zeros(2, 4, 3), torch.zeros(2, 4, 3)
+
+            def forward(self, x):
+                self.cache_k[:, :2] = self.wk(x)  # culprit
+                self.cache_v[:, :2] = self.wv(x)
+                return (self.cache_k * self.cache_v).sum(1)
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attention = Attention()
+
+            def forward(self, x):
+                return self.attention(x)
+
+        model = torch.nn.Sequential(Block(), torch.nn.Linear(3, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = model(torch.randn(2, 2, 3)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     "state on a dataclass attribute": ("second-backward", "mem.summary", """
         import torch
         from dataclasses import dataclass
@@ -608,6 +655,17 @@ def test_peers_kept_in_a_list_are_detached_where_read_under_the_other_index(expl
     finding = explain_run(script).findings[0]
     assert [e["content"] for e in finding["fixes"][0]["edits"]] == ["outputs[j].detach()"]
     assert not any("clear()" in e["content"] for fix in finding["fixes"] for e in fix["edits"])
+
+
+def test_the_step_reads_the_value_it_made_for_itself_not_the_stale_one(explain_run, tmp_path):
+    """The generator's step made `gen` and reads nothing of it: reading it is fixes[0], and the
+    step then trains on its own sample (as PyTorch-GAN's WGAN fix did)."""
+    code = textwrap.dedent(PATTERNS["the generator's step scores the critic's sample, not its own"][2]).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert fix["applicability"] == "safe"
+    assert "(-D(gen).mean()).backward()" in apply_edits(code, Fix.from_json(fix).edits)
 
 
 def test_a_value_made_in_a_helper_is_not_moved_out_of_it(explain_run, tmp_path):

@@ -221,7 +221,8 @@ def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is
         tuple_state, may_be_none = module_state_shape(class_node, stmt, name)
         is_tuple = is_tuple or tuple_state
     fixes: list[Fix | None] = []
-    if isinstance(value, ast.Call) and _is_self_call(value):
+    # `self.cache_k[:, :n] = self.wk(x)` writes a new value into the state; it is not made from it.
+    if isinstance(value, ast.Call) and _is_self_call(value) and not isinstance(assignment.target, ast.Subscript):
         first = _first_read_before(stmt, name)
         if first is not None:  # read earlier in the method too (Infini-attention's retrieval)
             fix = detach_before_first_read(source, name, first, is_tuple, may_be_none)

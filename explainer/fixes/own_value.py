@@ -61,3 +61,35 @@ def read_own_value(source: src.Source, function: ast.AST, made: ast.stmt, name: 
                    f"freed" + ("" if same else " (from other inputs: changes what this step trains on)"),
                    tuple(replace(source, r, local) for r in reads), "safe" if same else "unsafe")
     return None
+
+
+def read_unused_value(source: src.Source, scope: ast.AST, made: ast.stmt, name: str, failing: ast.stmt) -> Fix | None:
+    """`gen_imgs = generator(z)`, made for the generator's step and never read, while that step
+    scores `fake_imgs`, the discriminator's sample, whose graph the discriminator's backward
+    freed (PyTorch-GAN's WGAN, fixed by reading `gen_imgs`): the value made the same way after
+    the stale one, and read by nothing, is the one meant. Its reads of `name` between the two
+    become reads of it. Safe when both calls read the same arguments (but for a `.detach()`)."""
+    position = _position(made, name)
+    if position is None or not isinstance(made.value, ast.Call):
+        return None
+    callee = src.canonical(made.value.func)
+    for stmt in sorted((n for n in src.own_nodes(scope) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        if not (made.lineno < stmt.lineno < failing.lineno and isinstance(stmt.value, ast.Call)
+                and src.canonical(stmt.value.func) == callee):
+            continue
+        target = stmt.targets[0]
+        elements = target.elts if isinstance(target, ast.Tuple) else [target]
+        if len(elements) != position[1] or not isinstance(elements[position[0]], ast.Name):
+            continue
+        local = elements[position[0]].id
+        if local == name or src.reads(scope, local):
+            continue
+        reads = [r for r in src.reads(scope, name) if stmt.end_lineno < r.lineno <= failing.end_lineno]
+        if not reads:
+            return None
+        same = _arguments(stmt.value) == _arguments(made.value)
+        return Fix(f"Read `{local}` instead of `{name}`: `{local}` is made by `{callee}(...)` (line {stmt.lineno}) "
+                   f"for this step and read by nothing, while `{name}` keeps the graph an earlier backward freed"
+                   + ("" if same else " (from other inputs: changes what this step trains on)"),
+                   tuple(replace(source, r, local) for r in reads), "safe" if same else "unsafe")
+    return None

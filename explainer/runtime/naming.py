@@ -100,12 +100,18 @@ def _collect(found, seen, visited, pending, frame_index, base, steps, value, own
         return
     visited.add(id(value))
 
-    def queue(step, item, holder):
-        pending.append((frame_index, base, steps + (step,), item, holder, depth + 1))
+    def queue(step, item, holder, deeper=1):
+        pending.append((frame_index, base, steps + (step,), item, holder, depth + deeper))
 
     if isinstance(value, torch.nn.Module):
         for attr, item in _module_members(value):
             queue(("attr", attr), item, value)
+        # A submodule costs no depth: a model's state lies as deep as its tree of modules goes
+        # (`model.layers[0].attention.cache_k`), and the tree is finite (each module is visited once).
+        indexed = isinstance(value, (torch.nn.ModuleList, torch.nn.Sequential))
+        for attr, item in value._modules.items():
+            if item is not None:
+                queue(("item", int(attr)) if indexed and attr.isdigit() else ("attr", attr), item, value, 0)
     elif isinstance(value, (list, tuple)):
         indices = range(len(value))
         if len(value) > MAX_ITEMS:
@@ -132,7 +138,6 @@ def _module_members(module: torch.nn.Module):
             continue
         yield attr, item
     yield from module._buffers.items()
-    yield from module._modules.items()
 
 
 def is_user_object(value) -> bool:

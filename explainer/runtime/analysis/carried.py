@@ -7,6 +7,7 @@ import ast
 import torch
 
 from ...fixes import accumulate_item, detach_carried, reset_state
+from ...fixes.edits import overlapping
 from ...model import Finding, Fix
 from ...reading import source as src
 from ...reading.training import last_reset, running_total
@@ -17,7 +18,8 @@ from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate
 
 
-def explain_carried(ctx: Context, candidate: Candidate, previous: BackwardCall, failing) -> Finding:
+def explain_carried(ctx: Context, candidate: Candidate, previous: BackwardCall, failing,
+                    others: list[Candidate] = ()) -> Finding:
     located = candidate.located
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     total = (located is not None and receiver is not None and running_total(located.store) is not None
@@ -33,8 +35,39 @@ def explain_carried(ctx: Context, candidate: Candidate, previous: BackwardCall, 
                        carried_fixes(ctx, candidate, failing))
     evidence = freed_graph(ctx, candidate.name, located, previous, "grows")
     code, variant = ("BX002", "run-total") if total else ("BX001", "run-carried")
+    fixes = carried_fixes(ctx, candidate, failing)
+    if not total:
+        fixes = _with_peers(ctx, candidate, others, failing, fixes)
     return finding(code, variant, "second-backward", evidence, [culprit(ctx, candidate)],
-                   carried_fixes(ctx, candidate, failing), "certain" if located is not None else "likely")
+                   fixes, "certain" if located is not None else "likely")
+
+
+def _with_peers(ctx: Context, candidate: Candidate, others: list[Candidate], failing, fixes: list) -> list:
+    """`self.cache_k[...] = xk` and `self.cache_v[...] = xv`, one after the other in the same
+    method: both carry the previous step's graph, and a fix of one alone leaves the next backward
+    failing on the other. The first fix also fixes each such peer, its own first fix's way."""
+    located = candidate.located
+    first = next((f for f in fixes if f is not None), None)
+    if located is None or first is None:
+        return fixes
+    peers = [o for o in others if o.relation == "carried" and o.located is not None and o.name != candidate.name
+             and o.located.scope is located.scope and o.located.store is not located.store
+             and o.located.class_node is located.class_node]
+    edits, names = list(first.edits), [candidate.name]
+    first_of_each: dict[str, Candidate] = {}
+    for peer in peers:  # the same statement reached through each layer's module: the first counts
+        first_of_each.setdefault(peer.name, peer)
+    for peer in first_of_each.values():
+        theirs = next((f for f in carried_fixes(ctx, peer, failing) if f is not None), None)
+        if theirs is None or theirs.applicability != first.applicability or overlapping(edits, theirs.edits):
+            continue
+        edits.extend(theirs.edits)
+        names.append(peer.name)
+    if len(names) == 1:
+        return fixes
+    merged = Fix(f"{first.message} (and the same for {', '.join(f'`{n}`' for n in names[1:])}, which carries "
+                 f"it too)", tuple(edits), first.applicability)
+    return [merged if f is first else f for f in fixes]
 
 
 def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | None]:

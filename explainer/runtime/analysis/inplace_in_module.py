@@ -30,9 +30,17 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     writers.discard(None)
     if not writers:
         return None
-    for source, stmt, node in _writes_in_model_classes(ctx, writers):
-        return _finding(ctx, source, stmt, node, saver, detail)
-    return None
+    writes = list(_writes_in_model_classes(ctx, writers))
+    if not writes:
+        return None
+    source, stmt, node = writes[0]
+    # `c2_ffm += c2` ... `c5_ffm += c5` side by side (mmocr's FPEM_FFM): the graph says only which
+    # operation wrote, and the next backward would fail on the next of them, so the fix writes
+    # every one of them out of place.
+    siblings = [other for other_source, other, _ in writes[1:]
+                if other_source is source and isinstance(other, ast.AugAssign) and isinstance(stmt, ast.AugAssign)
+                and type(other.op) is type(stmt.op) and src.parent(other) is src.parent(stmt)]
+    return _finding(ctx, source, stmt, node, saver, detail, siblings)
 
 
 def _operation(node) -> str | None:
@@ -89,7 +97,8 @@ def _same_operation(name: str, writers: set[str]) -> bool:
     return any(flat == w.replace("_", "") for w in writers)
 
 
-def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail) -> Finding:
+def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail,
+             siblings: list[ast.AugAssign] = ()) -> Finding:
     code = source.segment(stmt)
     if isinstance(node, ast.keyword):
         call = src.parent(node)
@@ -104,6 +113,12 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         target = node.target if isinstance(node, ast.AugAssign) else node.func.value
         name = source.segment(target)
         fix = out_of_place.out_of_place(source, stmt, name)
+        others = [out_of_place.out_of_place(source, other, source.segment(other.target)) for other in siblings]
+        if fix is not None and others and all(others):
+            names = ", ".join(f"`{source.segment(s.target)}`" for s in [stmt, *siblings])
+            fix = Fix(f"Write {names} out of place: each of them is a tensor an earlier operation may have "
+                      f"saved for the backward, and the error names only the operation",
+                      tuple(edit for f in [fix, *others] for edit in f.edits))
         variant = "run-in-forward-write"
     evidence = Evidence(name, CallSite(source.filename, stmt.lineno, code), ctx.backward_site(),
                         advice="not-the-cause",

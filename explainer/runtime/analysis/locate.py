@@ -427,9 +427,12 @@ def _fresh_each_pass(ctx: Context, located: Located) -> bool:
 
 def name_of(candidate: Candidate) -> str:
     """The carrier as the user wrote it: where it was made, else how the frames reach it."""
-    if candidate.located is not None:
-        return candidate.located.target_text
-    binding = candidate.binding
+    located, binding = candidate.located, candidate.binding
+    if located is not None:
+        if isinstance(located.target, ast.Subscript) and binding.steps and binding.steps[-1][0] == "attr":
+            # `self.cache_k[:bsz, start:end] = xk` writes into the tensor the binding holds whole.
+            return located.source.segment(located.target.value)
+        return located.target_text
     return binding.container_expression if candidate.relation == "stored" else binding.expression
 
 

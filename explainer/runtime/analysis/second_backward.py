@@ -87,7 +87,7 @@ def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, cur
     if candidate.relation == "direct" and _fed_back_in_a_loop(candidate.located):
         candidate.relation = "carried"
     if candidate.relation == "carried":
-        return explain_carried(ctx, candidate, previous, failing)
+        return explain_carried(ctx, candidate, previous, failing, others)
     if candidate.relation == "stored":
         loop = loop_past_the_fill(candidate.located, failing, source)
         if loop is not None:

@@ -49,6 +49,9 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
             and isinstance(located.store, ast.stmt) and located.source is source:
         # A module-level tensor read inside the training function, which makes its own.
         fixes.append(own_value.read_own_value(source, function, located.store, name))
+    if located is not None and failing is not None and isinstance(located.store, ast.Assign) \
+            and located.source is source:
+        fixes.append(own_value.read_unused_value(source, located.scope, located.store, name, failing))
     if located is not None and failing is not None and between:
         last_step = max(between, key=lambda s: s.tick)
         shared = [candidate] + [c for c in others if c.relation == "direct" and c.located is not None
