@@ -225,6 +225,22 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    "the next pass's input made before this pass's step": ("inplace-modified", "encoder[2].weight", """
+        import torch
+        encoder = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 3))
+        head = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.1)
+        state = encoder(torch.randn(2, 3))
+        for _ in range(3):
+            value = head(torch.relu(state)).mean()
+            previous = state
+            state = encoder(torch.randn(2, 3))  # culprit
+            ready = state.shape[0] > 0
+            total = value * 2
+            opt.zero_grad()
+            total.backward()
+            opt.step()
+    """),
     "state on a dataclass attribute": ("second-backward", "mem.summary", """
         import torch
         from dataclasses import dataclass

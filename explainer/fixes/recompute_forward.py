@@ -7,7 +7,8 @@ from collections.abc import Callable
 from ..model import Fix
 from ..reading.dataflow import ancestors
 from ..reading.source import Source, canonical, inside, loops_around, names_read, own_nodes, parent, reads, targets_of
-from .edits import delete_lines, insert_lines_before, statement_text
+from ..reading.source import ancestors as ancestors_of
+from .edits import delete_lines, insert_lines_after, insert_lines_before, statement_text
 
 _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)
 
@@ -203,3 +204,41 @@ def zero_grad_again(scope: ast.AST, step_row: int, insertion_row: int, after: as
     zeroed_before = any(_method_call(s, "zero_grad") == stepped for s in statements if start < s.lineno < step_row)
     zeroed_since = any(_method_call(s, "zero_grad") for s in statements if step_row < s.lineno < insertion_row)
     return [f"{stepped}.zero_grad()"] if steps_again and zeroed_before and not zeroed_since else []
+
+
+def move_past_the_step(source: Source, carrier_stmt: ast.stmt, step_stmt: ast.stmt) -> Fix | None:
+    """The loop makes the next pass's input before its own update (option-critic's `state =
+    option_critic.get_state(next_obs)` above `optim.step()`), and the next pass builds its loss
+    on it: move it, and what this pass derives from it, below the statement that steps, as the
+    maintainers did ("Fix biased gradient"). Only where nothing between reads what is moved or
+    re-binds what it reads; this pass's loss then is what it was."""
+    block = parent(carrier_stmt)
+    stepping = next((a for a in (step_stmt, *ancestors_of(step_stmt)) if parent(a) is block), None)
+    body = next((getattr(block, field) for field in ("body", "orelse", "finalbody")
+                 if any(s is carrier_stmt for s in getattr(block, field, []))), None)
+    if stepping is None or body is None or not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
+        return None
+    start, end = _index_in(body, carrier_stmt), _index_in(body, stepping)
+    if start is None or end is None or start >= end:
+        return None
+    moved, made = [carrier_stmt], {canonical(t) for t in targets_of(carrier_stmt)}
+    for stmt in body[start + 1:end]:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _reads_any(stmt.value, made):
+            moved.append(stmt)
+            made |= {canonical(t) for t in targets_of(stmt)}
+    kept = [s for s in body[start + 1:end + 1] if not any(s is m for m in moved)]
+    rebound = {canonical(t) for s in kept for n in ast.walk(s) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+               for t in targets_of(n)}
+    if any(_reads_any(s, made) for s in kept) or any(names_read(m) & rebound for m in moved):
+        return None
+    names = [f"`{canonical(t)}`" for stmt in moved for t in targets_of(stmt)]
+    built = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    lines = [line for stmt in moved for line in statement_text(source, stmt)]
+    return Fix(f"Compute {built} after the update (line {stepping.lineno}), not before it: the next pass "
+               f"builds its loss on {names[0]}, and needs it made with the weights this step produces",
+               (*(delete_lines(source, stmt) for stmt in moved),
+                insert_lines_after(source, stepping, lines, source.indent_of(carrier_stmt.lineno))))
+
+
+def _index_in(body: list[ast.stmt], stmt: ast.stmt) -> int | None:
+    return next((i for i, s in enumerate(body) if s is stmt), None)

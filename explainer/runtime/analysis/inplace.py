@@ -21,7 +21,17 @@ from .context import Context
 from .evidence import culprit, culprit_at, finding, made_at
 from .inplace_in_module import explain_inplace_in_module
 from .loaded import explain_load, load_that_changed
-from .locate import Candidate, Located, callers_name, class_source, locate, name_of, reaching, source_of_class
+from .locate import (
+    Candidate,
+    Located,
+    callers_name,
+    class_source,
+    locate,
+    name_of,
+    reaching,
+    source_of_class,
+    through_plain_alias,
+)
 from .made_from import Scope, made_by_calling, runtime_value
 from .trained import optimizer_parameters, parameters_under, reads_on_the_way, trained_by
 
@@ -67,7 +77,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         carrier.binding = callers_name(ctx, carrier.binding)
         frame = ctx.frames[carrier.binding.frame_index]
         row = frame.f_lineno if carrier.binding.frame_index else ctx.call.row if ctx.call else None
-        carrier.located = locate(ctx, carrier.binding, row)
+        carrier.located = through_plain_alias(ctx, locate(ctx, carrier.binding, row))
         carrier.name = name_of(carrier)
     step_site = ctx.call_site(step.filename, step.row, step.column) if step else None
     name = parameter_name or _unnamed(detail)
@@ -98,6 +108,9 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         if recompute is None and step.row > failing.lineno:
             recompute = recompute_forward.recompute_in_loop(
                 located.source, located.scope, located.store, step.row, failing)
+        step_stmt = src.statement_at(located.scope, step.row, step.column) if located.source is source else None
+        if recompute is None and step_stmt is not None and step.row > located.store.lineno:
+            recompute = recompute_forward.move_past_the_step(located.source, located.store, step_stmt)
         stale = _stale_reads(ctx, recompute, optimizer_parameters(steps)) if recompute is not None else []
         if stale:
             # The loss also reads values made by other stepped models (both critics' Q values):

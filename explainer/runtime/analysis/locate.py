@@ -83,6 +83,11 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
         found = _pick(ctx, source, source.tree, src.assignments(source.tree, expression), expression, None)
     if found is None and binding.steps and binding.steps[-1][0] == "attr" and binding.owner is not None:
         found = _locate_attribute(binding.owner, binding.steps[-1][1])
+    key = binding.steps[-1][1] if binding.steps and binding.steps[-1][0] == "item" else None
+    if found is None and isinstance(key, str) and key.isidentifier() and binding.owner is not None:
+        # `model[3]._memories['v']`, kept by a module whose `__setattr__` files `self.v = ...`
+        # under its name (spikingjelly's MemoryModule): the class's own `self.v`.
+        found = _locate_attribute(binding.owner, key, must_assign=True)
     attribute = _container_attribute(binding)
     if found is None and attribute is not None and binding.owner is not None:
         found = _locate_attribute(binding.owner, attribute)  # `self.cache[key] = feat`
@@ -117,16 +122,16 @@ def _carried(assignment: src.Assignment, expression: str) -> bool:
     return False
 
 
-def _locate_attribute(owner, attribute: str) -> Located | None:
+def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Located | None:
     """Where `owner`'s class assigns `self.<attribute>` (preferably from itself, outside
-    `__init__`)."""
+    `__init__`); where it assigns none, where it stores it by name, unless `must_assign`."""
     source, class_node = class_source(owner)
     if class_node is None:
         return None
     expression = f"self.{attribute}"
     found = src.assignments(class_node, expression, deep=True) + src.item_assignments(class_node, expression, deep=True)
     if not found:
-        return _stored_by_name(source, class_node, attribute)
+        return None if must_assign else _stored_by_name(source, class_node, attribute)
 
     def carried(assignment) -> bool:
         method = src.enclosing_function(assignment.stmt)
@@ -434,6 +439,19 @@ def name_of(candidate: Candidate) -> str:
             return located.source.segment(located.target.value)
         return located.target_text
     return binding.container_expression if candidate.relation == "stored" else binding.expression
+
+
+def through_plain_alias(ctx: Context, located: Located | None) -> Located | None:
+    """`old_state = state` only names the tensor again: where `state` was made, in the previous
+    pass of the loop when it is made later in the body (option-critic's `state =
+    option_critic.get_state(next_obs)`, after the line that keeps the old one)."""
+    value = src.value_of(located.store) if located is not None and isinstance(located.store, ast.Assign) else None
+    if not isinstance(value, (ast.Name, ast.Attribute)) or len(located.store.targets) != 1:
+        return located
+    expression = src.canonical(value)
+    made = _pick(ctx, located.source, located.scope, src.assignments(located.scope, expression), expression,
+                 located.store.lineno, from_last_iteration=True)
+    return made if made is not None and made.store is not located.store else located
 
 
 def _follow_container_alias(candidate: Candidate) -> None:
