@@ -40,7 +40,48 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     siblings = [other for other_source, other, _ in writes[1:]
                 if other_source is source and isinstance(other, ast.AugAssign) and isinstance(stmt, ast.AugAssign)
                 and type(other.op) is type(stmt.op) and src.parent(other) is src.parent(stmt)]
+    if siblings:
+        group = [stmt, *siblings]
+        index = _which_write(walk, failing_key, len(group))
+        if index is not None:
+            stmt = node = group[index]
+            siblings = group[:index] + group[index + 1:]
     return _finding(ctx, source, stmt, node, saver, detail, siblings)
+
+
+def _which_write(walk, failing_key: int, count: int) -> int | None:
+    """Which of `count` in-place writes, side by side in the source, changed the saved tensor.
+    Run one after another, they record their nodes with consecutive sequence numbers: the
+    position of the one that consumes the failing node in that run of nodes of its type is its
+    position in the source. None unless the run is exactly `count` long."""
+    by_seq = {seq: walk.nodes[key] for key, seq in walk.seq.items()}
+    writer = next((walk.nodes[key] for key in walk.consumers.get(failing_key, ())), None)
+    if writer is None:
+        return None
+    seq, kind = walk.seq[id(writer)], type(writer)
+    first = last = seq
+    while type(by_seq.get(first - 1)) is kind:
+        first -= 1
+    while type(by_seq.get(last + 1)) is kind:
+        last += 1
+    return seq - first if last - first + 1 == count else None
+
+
+def _made_by(scope: ast.AST, write: ast.AugAssign) -> ast.stmt | None:
+    """The statement that made the tensor `write` changes, where the name written reached it only
+    through a plain alias (`c5_ffm = c5` after `c2, c3, c4, c5 = fpem(c2, c3, c4, c5)`): where the
+    operation that saved it ran, under another name. None where the name written made it (`out =
+    torch.tanh(...)`, then `out += x`: the write is the line to look at)."""
+    name, before, aliased = src.canonical(write.target), write.lineno, False
+    for _ in range(4):
+        made = src.last_assignment(scope, name, before)
+        if made is None or isinstance(made.stmt, ast.AugAssign):
+            return None
+        value = src.value_of(made.stmt)
+        if not isinstance(value, ast.Name):
+            return made.stmt if aliased else None
+        name, before, aliased = value.id, made.stmt.lineno, True
+    return None
 
 
 def _operation(node) -> str | None:
@@ -115,13 +156,19 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         fix = out_of_place.out_of_place(source, stmt, name)
         others = [out_of_place.out_of_place(source, other, source.segment(other.target)) for other in siblings]
         if fix is not None and others and all(others):
-            names = ", ".join(f"`{source.segment(s.target)}`" for s in [stmt, *siblings])
+            names = ", ".join(f"`{source.segment(s.target)}`" for s in sorted([stmt, *siblings], key=lambda s: s.lineno))
             fix = Fix(f"Write {names} out of place: each of them is a tensor an earlier operation may have "
                       f"saved for the backward, and the error names only the operation",
                       tuple(edit for f in [fix, *others] for edit in f.edits))
         variant = "run-in-forward-write"
+    culprits = [culprit_at(name, source, node_start(source, node))]
+    read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
+    facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
+    if read is not None:
+        # The graph saved it where it was made: the line to look at first, as for `h += 1`.
+        culprits.insert(0, culprit_at(name, source, node_start(source, read)))
+        facts += (("read", read.lineno),)
+        variant = "run-in-forward-write-read"
     evidence = Evidence(name, CallSite(source.filename, stmt.lineno, code), ctx.backward_site(),
-                        advice="not-the-cause",
-                        facts=(("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail)))
-    return finding("BX011", variant, "inplace-modified", evidence, [culprit_at(name, source, node_start(source, node))],
-                   [fix], "likely")
+                        advice="not-the-cause", facts=facts)
+    return finding("BX011", variant, "inplace-modified", evidence, culprits, [fix], "likely")
