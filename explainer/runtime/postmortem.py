@@ -11,7 +11,9 @@ import torch
 
 from ..model import Finding
 from ..reading import source as src
+from ..reading.training import helper_called
 from . import analysis, graph, journal, naming, records
+from .analysis.made_from import argument_for
 from .errors import kind_of
 from .records import BackwardCall, StepCall
 
@@ -80,9 +82,56 @@ def _earlier_calls(frames, roots) -> tuple[tuple[BackwardCall, ...], tuple[StepC
                     calls.append(_recorded_call(call, called_on, mark, len(calls) + len(steps) + 1, source.filename))
             if calls:
                 steps.extend(_steps_in(stmt, frame, source.filename, calls[-1].mark, len(calls) + len(steps) + 1))
+            for helper_source, inner, value in _in_helpers(stmt, frame, source, scope):
+                # `update_params(self.q1_optim, self.critic.Q1, q1_loss)`: the helper's own
+                # `loss.backward()` and `optim.step()`, on what this call passed it.
+                if isinstance(value, torch.Tensor):
+                    mark = value.grad_fn._sequence_nr() + 1
+                    calls.append(_recorded_call(inner, [value], mark, len(calls) + len(steps) + 1,
+                                                helper_source.filename))
+                elif calls:
+                    steps.append(StepCall(len(calls) + len(steps) + 1, max(calls[-1].mark, _made_before(frame, stmt)),
+                                          weakref.ref(value), helper_source.filename, inner.lineno, inner.col_offset))
         if calls:
             return tuple(calls), tuple(steps)
     return (), ()
+
+
+def _made_before(frame, stmt) -> int:
+    """One more than the newest node of the tensors the frame binds to names that the pass's
+    statements above `stmt` assigned and nothing re-assigned since: a step in `stmt` ran after
+    them (`policy_loss, entropies = self.calc_policy_loss(...)` before `update_params(...)`)."""
+    _, scope, current = _frame_statement(frame)
+    if current is None:
+        return 0
+    loops = src.loops_around(current)
+    statements = _statements_in(loops[0] if loops else scope)
+    def names(s):
+        return {n.id for t in src.targets_of(s) for n in ast.walk(t) if isinstance(n, ast.Name)}
+    later = {name for s in statements if stmt.lineno <= s.lineno <= current.lineno for name in names(s)}
+    earlier = {name for s in statements if s.lineno < stmt.lineno for name in names(s)} - later
+    values = [frame.f_locals.get(name) for name in earlier]
+    return max((v.grad_fn._sequence_nr() + 1 for v in values if isinstance(v, torch.Tensor) and v.grad_fn is not None),
+               default=0)
+
+
+def _in_helpers(stmt, frame, source, scope) -> list:
+    """(source, call, value) for each `<parameter>.backward(...)` and `<parameter>.step()` in the
+    body of a function of the file that `stmt` calls, in the helper's order, with the tensor
+    (with history) or optimizer the call passed for that parameter."""
+    found = []
+    for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+        helper = helper_called(call, scope)
+        if helper is None:
+            continue
+        for inner in sorted(src.calls_named(helper, "backward", "step"), key=lambda c: (c.lineno, c.col_offset)):
+            receiver = inner.func.value if isinstance(inner.func, ast.Attribute) else None
+            argument = argument_for(helper, call, receiver.id) if isinstance(receiver, ast.Name) else None
+            value = _lookup(argument, frame) if argument is not None else None
+            if inner.func.attr == "backward" and isinstance(value, torch.Tensor) and value.grad_fn is not None \
+                    or inner.func.attr == "step" and hasattr(value, "param_groups"):
+                found.append((source, inner, value))
+    return found
 
 
 def _earlier_in_its_loop(frame, roots) -> tuple[BackwardCall, ...]:
@@ -270,8 +319,9 @@ def _called_on(call: ast.Call, frame) -> list:
     `torch.autograd.grad(loss, inputs)`."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if name == "backward" and isinstance(func, ast.Attribute) and not call.args:
-        candidate = func.value
+    if name == "backward" and isinstance(func, ast.Attribute) \
+            and (not call.args or isinstance(_lookup(func.value, frame), torch.Tensor)):
+        candidate = func.value  # `fake_validity.backward(fake)`: `fake` is the gradient, not a root
     elif call.args:
         candidate = call.args[0]
     else:

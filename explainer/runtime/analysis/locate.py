@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...model import Location
 from ...reading import source as src
 from ...reading.dataflow import ancestors
-from ...reading.training import helper_called, reset_before
+from ...reading.training import cuts_history, helper_called, reset_before
 from .. import graph, naming
 from .context import Context
 
@@ -130,6 +130,12 @@ def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Locat
         return None
     expression = f"self.{attribute}"
     found = src.assignments(class_node, expression, deep=True) + src.item_assignments(class_node, expression, deep=True)
+    if all(cuts_history(a.value) for a in found if a.value is not None):
+        # `self.v = self.v.detach()` carries nothing: the state is made where a base class
+        # assigns it (spikingjelly's OTTTLIFNode cuts `v`, LIFNode's `neuronal_reset` makes it).
+        inherited = _assigned_by_a_base(owner, expression)
+        if inherited is not None:
+            source, class_node, found = inherited
     if not found:
         return None if must_assign else _stored_by_name(source, class_node, attribute)
 
@@ -149,6 +155,21 @@ def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Locat
     method = src.enclosing_function(best.stmt)
     return Located(source, method or class_node, best.stmt, best.target, source.segment(best.target),
                    carried(best), in_init=getattr(method, "name", "") == "__init__", class_node=class_node)
+
+
+def _assigned_by_a_base(owner, expression: str):
+    """(source, class, assignments) of the nearest base class of `owner`'s that assigns
+    `expression` other than by cutting it."""
+    for base in type(owner).__mro__[1:]:
+        if base.__module__.startswith("torch"):
+            return None
+        source, class_node = source_of_class(base)
+        if class_node is None:
+            continue
+        found = src.assignments(class_node, expression, deep=True)
+        if any(a.value is not None and not cuts_history(a.value) for a in found):
+            return source, class_node, found
+    return None
 
 
 def _stored_by_name(source, class_node: ast.ClassDef, attribute: str) -> Located | None:
