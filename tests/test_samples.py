@@ -31,6 +31,11 @@ NOT_YET: dict[str, str] = {
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is named, but no fix: the "
                                             "twin changes the algorithm (target actions under no_grad, each "
                                             "agent's actor re-run with the others' actions from the buffer)",
+    "real/neurotorch_tbptt_hidden_layers": "unnamed: the input layer's state is appended to "
+                                           "hidden_states[layer_name] in a method no frame runs any more, and "
+                                           "the binding reaches it as hidden_states['input'][0]",
+    "real/redq_policy_loss_after_q_step": "the Q step is named, but no fix: the twin back-propagates both losses "
+                                          "before any step with the Q nets frozen for the policy's forward",
 }
 # Causes whose carrier holds history of an earlier step: carried state, running totals, a
 # discarded detach, stored history, a graph retained across iterations.
