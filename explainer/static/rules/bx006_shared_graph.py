@@ -5,7 +5,14 @@ import ast
 from collections.abc import Iterator
 
 from ...causes.bx006_shared_graph import CAUSE
-from ...fixes import detach_for_first_consumer, graph_options, recompute_forward, remove_statement, sum_losses
+from ...fixes import (
+    detach_for_first_consumer,
+    graph_options,
+    own_value,
+    recompute_forward,
+    remove_statement,
+    sum_losses,
+)
 from ...model import Finding
 from ...reading import source as src
 from ...reading.dataflow import (
@@ -110,8 +117,10 @@ def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward,
                               carrier=source.segment(second.root), backward=second.call, freed_by=first.call)
     between = [s for s in steps(scope) if same_pass(first.call, s.call) and same_pass(s.call, second.call)]
     name = source.segment(shared.target)
-    fix = None
-    if between:
+    # `gen_imgs = generator(z)`, made for the second update and read by nothing: the one meant.
+    fix = own_value.read_unused_value(source, scope, shared.stmt, name, second.statement) \
+        if isinstance(shared.stmt, ast.Assign) else None
+    if fix is None and between:
         step = between[-1]
         producers = _producers(shared, scope)
         follower = next((s for s in steps(scope) if same_pass(second.call, s.call) and s.line > second.line), None)
@@ -129,7 +138,7 @@ def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward,
                 f"Recompute `{name}` after `{source.segment(step.call)}` (line {step.line}): the step "
                 f"changed the weights its graph was built with",
                 upstream=lambda stmt: has_history(src.value_of(stmt), scope, stmt.lineno))
-    else:
+    elif fix is None:
         fix = sum_losses.sum_and_backward_once(source, first.statement, second.statement) \
             or graph_options.add_retain_graph(source, first.call, "Keep the shared graph for the second "
                                               "backward with `retain_graph=True` (no step in between)")
@@ -193,6 +202,19 @@ INVALID: list[Invalid] = [
             actor_opt.zero_grad()
             actor_loss.backward()
             actor_opt.step()
+    """),
+    Invalid("the generator's step scores the critic's sample, not the one it made for itself", """
+        G, D = nn.Linear(2, 3), nn.Linear(3, 1)
+        opt_g, opt_d = torch.optim.SGD(G.parameters(), lr=0.1), torch.optim.SGD(D.parameters(), lr=0.1)
+        for z in noise:
+            fake = G(z)
+            opt_d.zero_grad()
+            D(fake).mean().backward()
+            opt_d.step()
+            gen = G(z)
+            opt_g.zero_grad()
+            (-D(fake).mean()).backward()
+            opt_g.step()
     """),
 ]
 VALID: list[Valid] = [
