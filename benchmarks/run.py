@@ -430,6 +430,7 @@ def run_sample(path: Path, hooked: bool) -> dict:
     timer = AnalysisTimer()
     error = None
     finding_kind = None
+    grad_enabled = torch.is_grad_enabled()  # a sample may switch autograd off for good (tbd-nets)
     if hooked:
         explainer.install()
     try:
@@ -449,6 +450,7 @@ def run_sample(path: Path, hooked: bool) -> dict:
             explainer.uninstall()
         sys.argv = argv
         sys.path[:] = path0
+        torch.set_grad_enabled(grad_enabled)
     error_notes = getattr(error, "__notes__", []) if error is not None else []
     result = {
         "run_s": elapsed,
