@@ -20,6 +20,16 @@ def _position(stmt: ast.stmt, name: str) -> tuple[int, int] | None:
     return (0, 1) if src.canonical(target) == name else None
 
 
+def _name_at(stmt: ast.Assign, position: tuple[int, int]) -> str | None:
+    """The plain name `stmt` assigns at `position` (`_position`'s (index, count)), where its
+    targets have that shape: `encoder_outputs` of `encoder_outputs, _ = encoder(...)`."""
+    target = stmt.targets[0]
+    elements = target.elts if isinstance(target, ast.Tuple) else [target]
+    if len(elements) != position[1] or not isinstance(elements[position[0]], ast.Name):
+        return None
+    return elements[position[0]].id
+
+
 def _arguments(call: ast.Call) -> list[str]:
     """The call's arguments as written, `.detach()` left out (`fake_AB.detach()` is `fake_AB`)."""
     def text(node):
@@ -50,11 +60,9 @@ def read_own_value(source: src.Source, function: ast.AST, made: ast.stmt, name: 
         if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and stmt is not made
                 and src.canonical(stmt.value.func) == callee and stmt.lineno < min(r.lineno for r in reads)):
             continue
-        target = stmt.targets[0]
-        elements = target.elts if isinstance(target, ast.Tuple) else [target]
-        if len(elements) != position[1] or not isinstance(elements[position[0]], ast.Name):
+        local = _name_at(stmt, position)
+        if local is None:
             continue
-        local = elements[position[0]].id
         same = _arguments(stmt.value) == _arguments(made.value)
         return Fix(f"Read `{local}`, made by this function's own `{callee}(...)` (line {stmt.lineno}), instead "
                    f"of `{name}`: that one keeps the graph of an earlier forward, which an earlier backward "
@@ -77,12 +85,8 @@ def read_unused_value(source: src.Source, scope: ast.AST, made: ast.stmt, name: 
         if not (made.lineno < stmt.lineno < failing.lineno and isinstance(stmt.value, ast.Call)
                 and src.canonical(stmt.value.func) == callee):
             continue
-        target = stmt.targets[0]
-        elements = target.elts if isinstance(target, ast.Tuple) else [target]
-        if len(elements) != position[1] or not isinstance(elements[position[0]], ast.Name):
-            continue
-        local = elements[position[0]].id
-        if local == name or src.reads(scope, local):
+        local = _name_at(stmt, position)
+        if local is None or local == name or src.reads(scope, local):
             continue
         reads = [r for r in src.reads(scope, name) if stmt.end_lineno < r.lineno <= failing.end_lineno]
         if not reads:
