@@ -82,16 +82,15 @@ def _earlier_calls(frames, roots) -> tuple[tuple[BackwardCall, ...], tuple[StepC
                     calls.append(_recorded_call(call, called_on, mark, len(calls) + len(steps) + 1, source.filename))
             if calls:
                 steps.extend(_steps_in(stmt, frame, source.filename, calls[-1].mark, len(calls) + len(steps) + 1))
-            for helper_source, inner, value in _in_helpers(stmt, frame, source, scope):
+            for inner, value in _in_helpers(stmt, frame, scope):
                 # `update_params(self.q1_optim, self.critic.Q1, q1_loss)`: the helper's own
                 # `loss.backward()` and `optim.step()`, on what this call passed it.
                 if isinstance(value, torch.Tensor):
                     mark = value.grad_fn._sequence_nr() + 1
-                    calls.append(_recorded_call(inner, [value], mark, len(calls) + len(steps) + 1,
-                                                helper_source.filename))
+                    calls.append(_recorded_call(inner, [value], mark, len(calls) + len(steps) + 1, source.filename))
                 elif calls:
                     steps.append(StepCall(len(calls) + len(steps) + 1, max(calls[-1].mark, _made_before(frame, stmt)),
-                                          weakref.ref(value), helper_source.filename, inner.lineno, inner.col_offset))
+                                          weakref.ref(value), source.filename, inner.lineno, inner.col_offset))
         if calls:
             return tuple(calls), tuple(steps)
     return (), ()
@@ -106,19 +105,22 @@ def _made_before(frame, stmt) -> int:
         return 0
     loops = src.loops_around(current)
     statements = _statements_in(loops[0] if loops else scope)
-    def names(s):
-        return {n.id for t in src.targets_of(s) for n in ast.walk(t) if isinstance(n, ast.Name)}
-    later = {name for s in statements if stmt.lineno <= s.lineno <= current.lineno for name in names(s)}
-    earlier = {name for s in statements if s.lineno < stmt.lineno for name in names(s)} - later
+    later = {name for s in statements if stmt.lineno <= s.lineno <= current.lineno for name in _names_bound(s)}
+    earlier = {name for s in statements if s.lineno < stmt.lineno for name in _names_bound(s)} - later
     values = [frame.f_locals.get(name) for name in earlier]
     return max((v.grad_fn._sequence_nr() + 1 for v in values if isinstance(v, torch.Tensor) and v.grad_fn is not None),
                default=0)
 
 
-def _in_helpers(stmt, frame, source, scope) -> list:
-    """(source, call, value) for each `<parameter>.backward(...)` and `<parameter>.step()` in the
-    body of a function of the file that `stmt` calls, in the helper's order, with the tensor
-    (with history) or optimizer the call passed for that parameter."""
+def _names_bound(stmt) -> set[str]:
+    """The plain names `stmt` assigns (both of `a, b = f()`)."""
+    return {n.id for t in src.targets_of(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _in_helpers(stmt, frame, scope) -> list:
+    """(call, value) for each `<parameter>.backward(...)` and `<parameter>.step()` in the body of
+    a function of the file that `stmt` calls (so in the frame's own file), in the helper's order,
+    with the tensor (with history) or optimizer the call passed for that parameter."""
     found = []
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
         helper = helper_called(call, scope)
@@ -130,7 +132,7 @@ def _in_helpers(stmt, frame, source, scope) -> list:
             value = _lookup(argument, frame) if argument is not None else None
             if inner.func.attr == "backward" and isinstance(value, torch.Tensor) and value.grad_fn is not None \
                     or inner.func.attr == "step" and hasattr(value, "param_groups"):
-                found.append((source, inner, value))
+                found.append((inner, value))
     return found
 
 
