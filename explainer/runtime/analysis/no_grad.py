@@ -48,8 +48,12 @@ def explain_no_grad(ctx: Context) -> Finding | None:
         decorated = called_without_graph(value, where.node) if value is not None else None
         if decorated is not None:
             return _decorated(ctx, where.source, assignment, *decorated)
-        if trained is None and isinstance(value, ast.Call) and _trains(runtime_value(where, value.func)):
-            trained = (where, assignment)
+        if trained is None and isinstance(value, ast.Call):
+            # `nn.CrossEntropyLoss()(model(X_pgd), y)`: the module that trains is `model`
+            module = next((call.func for call in ast.walk(value)
+                           if isinstance(call, ast.Call) and _trains(runtime_value(where, call.func))), None)
+            if module is not None:
+                trained = (where, assignment, module)
     if trained is not None:
         return _grad_off(ctx, *trained)
     return _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None)
@@ -155,7 +159,7 @@ def _cut_block(ctx: Context, where: Scope, assignment, block, made) -> Finding:
     return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, first)], [fix])
 
 
-def _grad_off(ctx: Context, where: Scope, assignment) -> Finding | None:
+def _grad_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Finding | None:
     """The loss comes from a module whose parameters train, yet has no graph, and no cut lies on
     its way: a caller ran the training step with autograd off (an optimizer's `@torch.no_grad()`
     `step` calling the closure that computes the loss)."""
@@ -173,16 +177,15 @@ def _grad_off(ctx: Context, where: Scope, assignment) -> Finding | None:
         off = f"`{source.segment(block.items[0].context_expr)}`" if block is not None \
             else f"`@{source.segment(decorator)}` on `{scope.name}`"
         name = where.source.segment(assignment.target)
-        module = where.source.segment(src.value_of(assignment.stmt).func)
         evidence = Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
-                            facts=(("module", module), ("caller", source.segment(stmt)), ("caller_row", stmt.lineno),
+                            facts=(("module", where.source.segment(module)), ("caller", source.segment(stmt)), ("caller_row", stmt.lineno),
                                    ("grad_off", off)))
         return finding("BX009", "run-grad-off", "no-grad", evidence, [_assigned(where.source, assignment)],
                        [undo_cut.enable_grad_around(source, stmt)])
-    return _left_off(ctx, where, assignment) if not torch.is_grad_enabled() else None
+    return _left_off(ctx, where, assignment, module) if not torch.is_grad_enabled() else None
 
 
-def _left_off(ctx: Context, where: Scope, assignment) -> Finding | None:
+def _left_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Finding | None:
     """Autograd is still off where the backward runs, and no caller's block or decorator turned
     it off: a `torch.set_grad_enabled(False)` statement did, in a function that ran earlier
     (tbd-nets' `check_accuracy`) or higher up, and nothing turned it back on. Found in the
@@ -202,13 +205,30 @@ def _left_off(ctx: Context, where: Scope, assignment) -> Finding | None:
     name = where.source.segment(assignment.target)
     forward = assignment.stmt
     evidence = Evidence(name, _site(where.source, forward), ctx.backward_site(), advice="no-graph",
-                        facts=(("module", where.source.segment(src.value_of(forward).func)),
+                        facts=(("module", where.source.segment(module)),
                                ("switch", source.segment(stmt)), ("switch_file", source.filename),
                                ("switch_row", stmt.lineno), ("switch_function", getattr(function, "name", ""))))
     on = f"{source.segment(call.func)}(True)"
     fixes = [undo_cut.scope_the_switch(source, function, stmt, call) if function is not None else None,
              undo_cut.enable_grad_before(where.source, forward, source.segment(stmt), on)]
+    running = _running_call(ctx, source, function)
+    if running is not None:
+        # The function that switched autograd off is still running, and calls the training
+        # (convex_adversarial's PGD attack inside `evaluate_robust`): scoping the switch to it
+        # would still cover the call. Turn autograd on for that call alone.
+        fixes = [undo_cut.enable_grad_around(source, running), fixes[1]]
     return finding("BX009", "run-switched-off", "no-grad", evidence, [_assigned(where.source, assignment)], fixes)
+
+
+def _running_call(ctx: Context, source, function: ast.AST | None) -> ast.stmt | None:
+    """The statement an outer frame running `function` is at, the call the backward runs under."""
+    if function is None:
+        return None
+    for frame in ctx.frames[1:]:
+        if frame.f_code.co_filename == source.filename and frame.f_code.co_name == function.name \
+                and function.lineno <= frame.f_lineno <= function.end_lineno:
+            return src.innermost_statement(function, frame.f_lineno)
+    return None
 
 
 def _decorated(ctx: Context, source, assignment, function: ast.FunctionDef, decorator: ast.expr) -> Finding:
