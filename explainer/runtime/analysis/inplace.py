@@ -11,7 +11,14 @@ from dataclasses import replace
 import torch
 
 from ...fixes import graph_options, out_of_place, recompute_forward, split_loss
-from ...fixes.edits import apply_edits, delete_lines, insert_lines_after, node_start, statement_text
+from ...fixes.edits import (
+    apply_edits,
+    delete_lines,
+    insert_lines_after,
+    insert_lines_before,
+    node_start,
+    statement_text,
+)
 from ...model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
 from ...reading import source as src
 from .. import graph, naming
@@ -144,10 +151,16 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             fixes.insert(0, after)
         else:
             fixes.append(after or _reorder_step(source, scope, step, failing))
+        # Its own update first, the other way to order the updates: after a recompute (as
+        # FiredUp's DDPG, toshikwa's SAC and Spinning Up do it), before it where none is offered.
+        first = _own_update_first(ctx, source, located, steps, failing)
+        recomputed = next((i for i, fix in enumerate(fixes) if recompute is not None and fix is not None
+                           and fix.message == recompute.message), None)
+        fixes.insert(0 if recomputed is None else recomputed + 1, first)
     located = carrier.located if carrier is not None else None
     culprits = []
     if located is not None:
-        culprits = [culprit_at(name, located.source, located.location), culprit(ctx, carrier)]
+        culprits = [culprit_at(name, located.source, _module_call_at(located, name)), culprit(ctx, carrier)]
     elif step_site is not None:
         culprits = [Culprit(name, step_site.filename, Location(step_site.row, 1), "", step_site.code)]
     evidence = Evidence(name, made_at(ctx, located), ctx.backward_site(), steps=(step_site,) if step_site else (),
@@ -160,6 +173,33 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         code, variant = "BX007", "run-step" if located is not None else "run-step-site"
     return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
                    "certain" if parameter_name and step_site else "likely")
+
+
+def _module_call_at(located: Located, parameter: str) -> Location:
+    """Where the statement that built the graph calls the module that holds `parameter`: the line
+    of `self.qf2(obs, new_obs_actions)` inside a `torch.min(...)` spread over several lines, or of
+    `new_pi = agent.target_actor.forward(new_states)` where the graph was kept by
+    `all_agents_new_actions.append(new_pi)`."""
+    modules = {parameter[:i] for i, c in enumerate(parameter) if c in ".["} - {"self"}  # `qf2[2]`, `qf2`
+    statements = [located.store]
+    kept = located.store.args[-1] if isinstance(located.store, ast.Call) and located.store.args else None
+    if isinstance(kept, ast.Name):
+        made = src.last_assignment(located.scope, kept.id, located.store.lineno)
+        statements += [made.stmt] if made is not None else []
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call) and node.lineno != located.location.row \
+                    and _calls_one_of(src.canonical(node.func), modules):
+                return node_start(located.source, node)
+    return located.location
+
+
+def _calls_one_of(func: str, modules: set[str]) -> bool:
+    """`self.qf2` or `self.qf2.forward` for `self.qf2`; `agent.target_actor.forward` for
+    `self.agents[0].target_actor`, reached through the loop's `agent`."""
+    func = func.removesuffix(".forward")
+    _, _, attributes = func.partition(".")
+    return func in modules or bool(attributes) and any(m.endswith("." + attributes) for m in modules)
 
 
 def _unnamed(detail: InplaceDetail | None) -> str:
@@ -446,6 +486,68 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
                f"this backward's graph for it with `retain_graph=True`: both backward calls then go through the "
                f"weights the graph was built with, and each optimizer steps with the gradients of its own loss "
                f"(the moved `zero_grad()` clears what this backward left in its parameters)", edits, "safe")
+
+
+def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | None:
+    """rlkit's SAC: the policy's loss is built, qf1 and qf2 step, then the policy's backward
+    fails on the weights they changed. The policy's whole update (its `zero_grad()`, this
+    backward, its `step()`) moves before the first of those updates, as rlkit did: its gradient
+    is taken at the weights its graph was built with, as the code meant. Safe where the updates
+    it moves past back-propagate losses that need none of the weights it steps, and each of them
+    zeroes its optimizer's gradients before its backward (clearing what this backward left in
+    their parameters)."""
+    if source is None or failing is None or located.source is not source:
+        return None
+    block = src.enclosing_block(failing)
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    built, failed = at.get(id(located.store)), at.get(id(failing))
+    if built is None or failed is None:
+        return None
+
+    def receiver(index: int, method: str) -> str | None:
+        found = src.call_receiver(block[index], method) if isinstance(block[index], ast.Expr) else None
+        return src.canonical(found) if found is not None else None
+
+    end = next((i for i in range(failed + 1, len(block)) if receiver(i, "step") is not None), None)
+    own = receiver(end, "step") if end is not None else None
+    start = next((i for i in range(failed - 1, built, -1) if receiver(i, "zero_grad") == own), None)
+    stepping = [i for i in range(built + 1, start or built) if receiver(i, "step") is not None]
+    if own is None or start is None or not stepping \
+            or {(step.filename, step.row) for step in steps} != {(source.filename, block[i].lineno) for i in stepping}:
+        return None
+    insert = next((i for i in range(built + 1, stepping[0]) if receiver(i, "zero_grad") == receiver(stepping[0], "step")),
+                  None)
+    moved, between = block[start:end + 1], block[insert:start] if insert is not None else []
+    if insert is None or not _only_updates(moved):
+        return None
+    bound_between = {n for stmt in between for t in src.targets_of(stmt) for n in src.names_read(t)}
+    bound_moved = {n for stmt in moved for t in src.targets_of(stmt) for n in src.names_read(t)}
+    if bound_between & {n for stmt in moved for n in src.names_read(stmt)} \
+            or bound_moved & {n for stmt in between for n in src.names_read(stmt)}:
+        return None
+    stepped = trained_by(ctx.lookup(own, source.filename))
+    if not stepped:
+        return None
+    zeroed = set()
+    for stmt in between:
+        if src.call_receiver(stmt, "zero_grad") is not None:
+            zeroed.add(src.canonical(src.call_receiver(stmt, "zero_grad")))
+        call = src.call_named(stmt, "backward")
+        if call is not None:
+            loss = ctx.lookup(src.canonical(call.func.value), source.filename) \
+                if isinstance(call.func, ast.Attribute) else None
+            later_step = next((receiver(i, "step") for i in stepping if block[i].lineno > stmt.lineno), None)
+            if not isinstance(loss, torch.Tensor) or loss.grad_fn is None \
+                    or parameters_under(loss.grad_fn) & stepped or later_step not in zeroed:
+                return None
+    first, final = moved[0].lineno, moved[-1].end_lineno
+    lines = source.text.splitlines()[first - 1:final]
+    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
+             insert_lines_before(source, block[insert], lines, indent=""))
+    return Fix(f"Update `{own}` first: move its update (lines {first}-{final}) before "
+               f"`{source.segment(block[insert])}` (line {block[insert].lineno}), so this backward takes its "
+               f"gradient at the weights its graph was built with, before the other optimizers step them",
+               edits, "safe")
 
 
 def _ascends_what_it_descended(ctx) -> bool:

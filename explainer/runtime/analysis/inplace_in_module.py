@@ -33,6 +33,9 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     writes = list(_writes_in_model_classes(ctx, writers))
     if not writes:
         return None
+    # The write into what the saving operation made comes first (QMCTorch's `x = x.prod(-1)`,
+    # then `x *= w`, not the `hess_jast *= 0.5` written earlier in the class).
+    writes.sort(key=lambda write: _made_by_saver(write[1], saver) is None)
     source, stmt, node = writes[0]
     # `c2_ffm += c2` ... `c5_ffm += c5` side by side (mmocr's FPEM_FFM): the graph says only which
     # operation wrote, and the next backward would fail on the next of them, so the fix writes
@@ -71,7 +74,7 @@ def _made_by(scope: ast.AST, write: ast.AugAssign) -> ast.stmt | None:
     """The statement that made the tensor `write` changes, where the name written reached it only
     through a plain alias (`c5_ffm = c5` after `c2, c3, c4, c5 = fpem(c2, c3, c4, c5)`): where the
     operation that saved it ran, under another name. None where the name written made it (`out =
-    torch.tanh(...)`, then `out += x`: the write is the line to look at)."""
+    torch.tanh(...)`, then `out += x`): no alias to follow there."""
     name, before, aliased = src.canonical(write.target), write.lineno, False
     for _ in range(4):
         made = src.last_assignment(scope, name, before)
@@ -81,6 +84,20 @@ def _made_by(scope: ast.AST, write: ast.AugAssign) -> ast.stmt | None:
         if not isinstance(value, ast.Name):
             return made.stmt if aliased else None
         name, before, aliased = value.id, made.stmt.lineno, True
+    return None
+
+
+def _made_by_saver(write: ast.stmt, saver: str | None) -> ast.stmt | None:
+    """The statement that made what `x *= w` writes into, where it is a call of the saving
+    operation (`x = x.prod(-1)`): the operation saved its result there."""
+    if saver is None or not isinstance(write, ast.AugAssign):
+        return None
+    made = src.last_assignment(src.enclosing_function(write) or src.module_of(write), src.canonical(write.target),
+                               write.lineno)
+    value = made.value if made is not None else None
+    if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)) \
+            and src.canonical(value.func).split(".")[-1] == saver:
+        return made.stmt
     return None
 
 
@@ -163,9 +180,11 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         variant = "run-in-forward-write"
     culprits = [culprit_at(name, source, node_start(source, node))]
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
+    read = read or _made_by_saver(stmt, saver)
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
     if read is not None:
-        # The graph saved it where it was made: the line to look at first, as for `h += 1`.
+        # The graph saved it where it was made: the forward the samples mark first, the write
+        # (the line the fix changes) second.
         culprits.insert(0, culprit_at(name, source, node_start(source, read)))
         facts += (("read", read.lineno),)
         variant = "run-in-forward-write-read"
