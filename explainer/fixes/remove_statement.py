@@ -23,7 +23,8 @@ def remove_call(source: Source, stmt: ast.stmt, receiver: ast.expr) -> Fix | Non
 
 def without(source: Source, statements: list[ast.stmt]) -> tuple[Edit, ...]:
     """The edits that remove `statements`: an `if flag:` left with nothing goes with them (its
-    test only reads a name), and a block left empty otherwise keeps a `pass`."""
+    test only reads names: `self.training and self.cache`), and a block left empty otherwise
+    keeps a `pass`."""
     edits, gone = [], {id(s) for s in statements}
     for stmt in statements:
         block = enclosing_block(stmt)
@@ -31,7 +32,7 @@ def without(source: Source, statements: list[ast.stmt]) -> tuple[Edit, ...]:
             edits.append(delete_lines(source, stmt))
             continue
         owner = parent(stmt)
-        if isinstance(owner, ast.If) and not owner.orelse and isinstance(owner.test, (ast.Name, ast.Attribute)) \
+        if isinstance(owner, ast.If) and not owner.orelse and _only_reads(owner.test) \
                 and len(enclosing_block(owner)) > 1:
             if block[0] is stmt:
                 edits.append(delete_lines(source, owner))
@@ -40,3 +41,10 @@ def without(source: Source, statements: list[ast.stmt]) -> tuple[Edit, ...]:
         else:
             edits.append(delete_lines(source, stmt))
     return tuple(edits)
+
+
+def _only_reads(test: ast.expr) -> bool:
+    """A test that calls nothing: names, attributes, constants, `and`/`or`/`not`, comparisons."""
+    allowed = (ast.Name, ast.Attribute, ast.Constant, ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Load,
+               ast.boolop, ast.unaryop, ast.cmpop)
+    return all(isinstance(node, allowed) for node in ast.walk(test))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 
+from ...fixes import stop_caching
 from ...model import Finding
 from ...reading import source as src
 from .. import graph
@@ -86,6 +87,8 @@ def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, cur
     source, scope, failing = ctx.failing_statement()
     if candidate.relation == "direct" and _fed_back_in_a_loop(candidate.located):
         candidate.relation = "carried"
+    elif candidate.relation == "direct" and _memo(candidate.located):
+        candidate.relation = "stored"  # kept between calls, and read back where it is set
     if candidate.relation == "carried":
         return explain_carried(ctx, candidate, previous, failing, others)
     if candidate.relation == "stored":
@@ -95,6 +98,12 @@ def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, cur
         return explain_stored(ctx, candidate, previous, current, failing, source, scope)
     return explain_made_once(ctx, candidate, previous, failing, source) \
         or explain_shared(ctx, candidate, previous, failing, source, others)
+
+
+def _memo(located: Located | None) -> bool:
+    """`self.cached = out` in a method that returns `self.cached` where it is not None."""
+    return located is not None and located.class_node is not None and isinstance(located.store, ast.Assign) \
+        and stop_caching.stop_caching(located.source, located.class_node, located.store, located.target_text) is not None
 
 
 def _fed_back_in_a_loop(located: Located | None) -> bool:
