@@ -174,22 +174,43 @@ def starts_as_none(scope: ast.AST, carrier: str, loop: ast.stmt) -> bool:
 
 
 def keep_discarded_detach(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool) -> Fix | None:
-    """`hidden.detach()` as a bare statement does nothing: assign its result."""
+    """`hidden.detach()` as a bare statement does nothing: assign its result. `for s in state:
+    s.detach()` neither: assign `state` its elements detached. Every such discard in the loop is
+    fixed (d2l's GRU branch and LSTM branch); a tuple state is the one a loop over it discarded,
+    since a tuple has no `.detach()`."""
+    edits, discarded = [], []
     for node in ast.walk(loop):
-        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-                and isinstance(node.value.func, ast.Attribute)
-                and node.value.func.attr in ("detach", "detach_")
-                and reads(node.value.func.value, carrier)):
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and len(node.body) == 1 \
+                and canonical(node.iter) == canonical(carrier) and _discarded_detach(node.body[0], node.target.id) \
+                and node.body[0].value.func.attr == "detach":  # `s.detach_()` does detach each
+            element = node.target.id
+            rebuilt = f"tuple({element}.detach() for {element} in {carrier})" if is_tuple \
+                else f"[{element}.detach() for {element} in {carrier}]"
+            edits.append(replace(source, node, f"{carrier} = {rebuilt}"))
+            # the discard that ran on a tuple state comes first in the message
+            discarded.insert(0 if is_tuple else len(discarded), source.segment(node.body[0].value))
+        elif _discarded_detach(node, carrier) or (_discarded_detach(node) and reads(node.value.func.value, carrier)):
+            bare = canonical(node.value.func.value) == canonical(carrier)
             if node.value.func.attr == "detach_" and not is_tuple:
                 continue
             target = source.segment(node.value.func.value)
-            return Fix(f"`{source.segment(node.value)}` throws its result away: assign it back to "
-                       f"`{target}`", (replace(source, node, f"{target} = {detached(target, is_tuple)}"),))
-    return None
+            edits.append(replace(source, node, f"{target} = {detached(target, is_tuple and not bare)}"))
+            discarded.append(source.segment(node.value))
+    if not edits:
+        return None
+    return Fix(f"`{discarded[0]}` throws its result away: assign it back to `{carrier}`", tuple(edits))
 
 
-def detach_stored_value(source: Source, store: ast.AST, container: str) -> Fix | None:
-    """`memory.append(h)` -> `memory.append(h.detach())`; `cache["prev"] = out` -> `out.detach()`."""
+def _discarded_detach(node: ast.AST, receiver: str | None = None) -> bool:
+    """`x.detach()` (or `.detach_()`) as a statement of its own, on `receiver` when given."""
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not node.value.args
+            and isinstance(node.value.func, ast.Attribute) and node.value.func.attr in ("detach", "detach_")
+            and (receiver is None or canonical(node.value.func.value) == canonical(receiver)))
+
+
+def detach_stored_value(source: Source, store: ast.AST, container: str, is_tuple: bool = False) -> Fix | None:
+    """`memory.append(h)` -> `memory.append(h.detach())`; `cache["prev"] = out` -> `out.detach()`;
+    a tuple of tensors (`states.append(hh)`) element by element."""
     if isinstance(store, ast.Call) and store.args:
         value = store.args[-1]
     elif isinstance(store, (ast.Assign, ast.AnnAssign)) and store.value is not None:
@@ -201,7 +222,7 @@ def detach_stored_value(source: Source, store: ast.AST, container: str) -> Fix |
         text = f"({text})"
     return Fix(f"Store `{source.segment(value)}` detached in `{container}`: a stored tensor "
                f"keeps the graph of the step that made it, and the next step would back-propagate "
-               f"into it", (replace(source, value, f"{text}.detach()"),))
+               f"into it", (replace(source, value, detached(text, is_tuple)),))
 
 
 def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is_tuple: bool,

@@ -122,18 +122,22 @@ class Context:
     def tensors_in_container(self, binding: naming.Binding) -> list:
         """The tensors held by the list, tuple or dict that `binding` is an element of (two
         levels deep: a list of tuples), read from its frame again."""
-        frame = self.frames[binding.frame_index]
-        scope = frame.f_locals if binding.base in frame.f_locals else frame.f_globals
-        value = scope.get(binding.base)
         steps = binding.steps
         while steps and steps[-1][0] == "item":
             steps = steps[:-1]
+        return list(_tensors_in(self.reach(binding, steps), 2))
+
+    def reach(self, binding: naming.Binding, steps) -> object:
+        """What `binding`'s frame reaches by `steps` from its base now; None where it no longer can."""
+        frame = self.frames[binding.frame_index]
+        scope = frame.f_locals if binding.base in frame.f_locals else frame.f_globals
+        value = scope.get(binding.base)
         for kind, key in steps:
             try:
                 value = getattr(value, key) if kind == "attr" else value[key]
             except Exception:  # noqa: BLE001 - the user's object may have changed shape since
-                return []
-        return list(_tensors_in(value, 2))
+                return None
+        return value
 
     def made_history(self, stmt: ast.stmt) -> bool:
         """Whether a tensor that `stmt` assigned still has autograd history in the user's frames."""

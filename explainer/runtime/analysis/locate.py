@@ -11,6 +11,7 @@ from ...reading.dataflow import ancestors
 from ...reading.training import cuts_history, helper_called, reset_before
 from .. import graph, naming
 from .context import Context
+from .keyed import appended_under_key
 
 
 @dataclass
@@ -76,7 +77,7 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
         if stored is None and attribute is not None and binding.owner is not None:
             # `model.hidden[0]`: an LSTM's (h, c) kept on the module, set in its forward.
             return _locate_attribute(binding.owner, attribute)
-        return stored
+        return stored or _filed_under_key(frame, source, binding)
     expression = binding.expression
     found = _pick(ctx, source, scope, src.assignments(scope, expression), expression, before_row, from_last_iteration)
     if found is None and scope is not source.tree:
@@ -110,7 +111,9 @@ def _pick(ctx, source, scope, found, expression, before_row, from_last_iteration
 
 
 def _carried(assignment: src.Assignment, expression: str) -> bool:
-    """Re-assigned from itself, or read earlier in the loop body that re-assigns it."""
+    """Re-assigned from itself, or read earlier in the loop body that re-assigns it, before
+    anything there gives it this pass's value (`logits = model(x)`, read, then `logits = ...`
+    again under no_grad reads nothing of the last pass)."""
     if self_referencing(assignment, expression):
         return True
     for loop in src.loops_around(assignment.stmt):
@@ -119,6 +122,9 @@ def _carried(assignment: src.Assignment, expression: str) -> bool:
                 break  # an inner loop holding the assignment reads it after, not before
             if src.reads(stmt, expression):
                 return True
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) \
+                    and any(src.canonical(t) == src.canonical(expression) for t in src.targets_of(stmt)):
+                break  # given this pass's value before any read (a branch's assignment may not run)
     return False
 
 
@@ -195,6 +201,25 @@ def _locate_stored(binding, source, scope) -> Located | None:
     return Located(source, scope, calls[-1], calls[-1], container, True)
 
 
+def _filed_under_key(frame, source: src.Source, binding: naming.Binding) -> Located | None:
+    """`hidden_states['input'][0]`, filed by `hidden_states[layer_name].append(hh)` in a method
+    no frame runs any more: where the value appended was made (`features, hh = layer(x, hh)`),
+    else the append."""
+    steps = binding.steps
+    while steps and steps[-1][0] == "item" and isinstance(steps[-1][1], int):
+        steps = steps[:-1]
+    if not steps or steps[-1][0] != "item":
+        return None
+    call = appended_under_key(frame, source, binding.container_expression, steps[-1][1])
+    if call is None or not call.args:
+        return None
+    method = src.enclosing_function(call) or source.tree
+    value = call.args[-1]
+    made = src.last_assignment(method, value.id, call.lineno) if isinstance(value, ast.Name) else None
+    target = made.target if made is not None else value
+    return Located(source, method, call, target, source.segment(target), True)
+
+
 def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) -> list[Candidate]:
     """Bindings that hold stale history (direct), hold it in a container (stored), or are
     current values re-assigned from themselves that reach it (carried), best first."""
@@ -225,7 +250,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
                  and (previous.filename, previous.row) == (ctx.call.filename, ctx.call.row))
     before_row = ctx.call.row if ctx.call else None
     for candidate in direct + stored:
-        candidate.binding = callers_name(ctx, candidate.binding)
+        candidate.binding = _element_of_iterated(ctx, callers_name(ctx, candidate.binding))
         candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
         _follow_container_alias(candidate)
         if candidate.located is not None and isinstance(candidate.located.store, ast.Call):
@@ -241,6 +266,8 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
             candidate.used_now = False
         elif not candidate.used_now and read_again_in_its_loop(located):
             candidate.used_now = True
+        if isinstance(located.store, ast.Call):
+            candidate.relation = "stored"  # kept by a call (`append`), as a direct value's is
         if located.carried:
             carried_located.append(candidate)
         elif located.class_node is not None and not candidate.used_now:
@@ -290,6 +317,26 @@ def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
         for name, value in list(ctx.frames[index].f_locals.items()):
             if value is binding.value:
                 return naming.Binding(index, name, (), value, None)
+    return binding
+
+
+def _element_of_iterated(ctx: Context, binding: naming.Binding) -> naming.Binding:
+    """`s` of `for s in state: s.detach()` names an element of `state`, the LSTM's (h, c) the loop
+    carries: the element of the container the frame also holds it in (`state[1]`), or, where
+    `state` has been given a new value since, the element the loop left `s` at (its last)."""
+    if binding.steps:
+        return binding
+    frame = ctx.frames[binding.frame_index]
+    _, scope = ctx.frame_source(frame)
+    if scope is None:
+        return binding
+    for node in src.own_nodes(scope):
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == binding.base \
+                and isinstance(node.iter, ast.Name):
+            held = frame.f_locals.get(node.iter.id, frame.f_globals.get(node.iter.id))
+            if isinstance(held, (list, tuple)) and held:
+                index = next((i for i, item in enumerate(held) if item is binding.value), len(held) - 1)
+                return naming.Binding(binding.frame_index, node.iter.id, (("item", index),), binding.value, None)
     return binding
 
 
@@ -506,11 +553,24 @@ def _container_attribute(binding: naming.Binding) -> str | None:
 
 def self_referencing_carrier(candidate: Candidate) -> bool:
     """Re-assigned from its own old value, directly or through a local it was read into
-    (`mem = self.mem.to(device)`, then `self.mem = beta * mem + x`)."""
+    (`mem = self.mem.to(device)`, then `self.mem = beta * mem + x`), or appended to the container
+    it was made from."""
     located = candidate.located
+    if located is not None and _fed_back(located.store, located.scope):
+        return True
     if located is None or not isinstance(located.store, ast.stmt):
         return False
     return from_old_value(located.assignment, src.canonical(located.target_text), located.scope)
+
+
+def _fed_back(store: ast.AST, scope: ast.AST) -> bool:
+    """`states[name].append(hh)` where `hh` was made from `states[name][-1]`: the container's old
+    content makes what it keeps next (a window of this pass's outputs is only filled)."""
+    if not (isinstance(store, ast.Call) and store.args and isinstance(store.func, ast.Attribute)):
+        return False
+    container, value = src.canonical(store.func.value), store.args[-1]
+    return bool(src.reads(value, container)) or any(
+        a.value is not None and src.reads(a.value, container) for a in ancestors(value, scope, store.lineno))
 
 
 def from_old_value(assignment: src.Assignment, expression: str, scope: ast.AST) -> bool:

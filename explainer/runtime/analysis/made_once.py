@@ -11,6 +11,7 @@ from ...fixes import constant_data, detach_every_read, detach_peer_reads, move_i
 from ...model import Finding
 from ...reading import source as src
 from ...reading.dataflow import ancestors
+from ...reading.training import helper_called
 from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
@@ -118,6 +119,10 @@ def loop_past_the_fill(located: Located | None, failing, source) -> ast.stmt | N
     if located is None or not loops or located.source.filename != source.filename \
             or src.inside(located.store, loops[0]) or located.class_node is not None:
         return None  # (a module's method stores on every call, wherever it is written)
+    storing = src.enclosing_function(located.store)
+    if storing is not None and any(isinstance(node, ast.Call) and helper_called(node, node) is storing
+                                   for node in ast.walk(loops[0])):
+        return None  # filled by a helper the loop calls (`self._cells_forward_(x, states)`)
     return loops[0]
 
 

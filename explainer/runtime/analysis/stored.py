@@ -2,7 +2,11 @@
 backward reaches the graphs an earlier one freed through the container."""
 from __future__ import annotations
 
-from ...fixes import detach_carried, empty_container
+import ast
+
+import torch
+
+from ...fixes import detach_carried, empty_container, stop_caching
 from ...model import Finding, Fix
 from ...reading import source as src
 from .. import graph
@@ -10,13 +14,20 @@ from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, finding, freed_graph
 from .locate import Candidate
+from .trained import leaves_under
 
 
 def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, current: graph.Walk, failing, source,
             scope) -> Finding:
     located, name = candidate.located, candidate.name
     fixes = []
-    if located is not None and failing is not None and _trains_only_through(ctx, candidate, current):
+    memo = stop_caching.stop_caching(located.source, located.class_node, located.store, located.target_text) \
+        if located is not None and located.class_node is not None and isinstance(located.store, ast.Assign) else None
+    if memo is not None and leaves_under(candidate.binding.value.grad_fn):
+        # A memo the class computes anew where it is None (robustness_of_gnns' `self.adj_preped`),
+        # made from tensors that train: detached, it would stop training them after the first call.
+        fixes.append(memo)
+    elif located is not None and failing is not None and _trains_only_through(ctx, candidate, current):
         # Detaching at the store would leave this loss with nothing to train.
         if src.reads(scope, name):
             fixes.append(empty_container.empty_after_backward(source, failing, name))
@@ -24,12 +35,34 @@ def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, c
         steps = candidate.binding.steps
         # Kept by a call that names the attribute (`self.register_buffer("cached", freqs)`).
         cache = located.target is not located.store and steps and steps[-1][0] == "attr"
-        fix = detach_carried.detach_stored_value(located.source, located.store, f"self.{steps[-1][1]}" if cache else name)
+        if cache:
+            container = f"self.{steps[-1][1]}"
+        elif isinstance(located.store, ast.Call) and isinstance(located.store.func, ast.Attribute):
+            container = located.source.segment(located.store.func.value)  # `hidden_states[layer_name]`
+        else:
+            container = name
+        fix = detach_carried.detach_stored_value(located.source, located.store, container,
+                                                 _stored_as_tuple(ctx, candidate.binding))
         # A module's cache is read again within the step that fills it (every layer asks it for
-        # the same frequencies): detaching it changes that step's gradients too.
-        fixes.append(Fix(fix.message, fix.edits, "unsafe") if fix is not None and cache else fix)
+        # the same frequencies), and so is a state stored for the next time step of this pass:
+        # detaching it changes this step's gradients too.
+        unsafe = cache or candidate.used_now
+        fixes.append(Fix(fix.message, fix.edits, "unsafe") if fix is not None and unsafe else fix)
     return finding("BX005", "run-stored", "second-backward", freed_graph(ctx, name, located, previous, "grows"),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
+
+
+def _stored_as_tuple(ctx: Context, binding) -> bool:
+    """The frames reach the tensor inside a tuple of tensors stored whole (`hidden_states['input'][0][0]`,
+    where `hh` was appended)."""
+    steps = binding.steps
+    trailing = 0
+    while trailing < len(steps) and steps[-1 - trailing][0] == "item" and isinstance(steps[-1 - trailing][1], int):
+        trailing += 1
+    if trailing < 2:
+        return False
+    element = ctx.reach(binding, steps[:len(steps) - trailing + 1])
+    return isinstance(element, tuple) and all(isinstance(item, torch.Tensor) for item in element)
 
 
 def _trains_only_through(ctx: Context, candidate: Candidate, current: graph.Walk) -> bool:
