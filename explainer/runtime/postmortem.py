@@ -4,6 +4,7 @@ rebuild from the source the calls the hooks would have recorded where the source
 from __future__ import annotations
 
 import ast
+import inspect
 import weakref
 from dataclasses import replace
 
@@ -294,11 +295,63 @@ def _makes_a_node(value, frame) -> bool:
     callee = _lookup(value.func, frame)
     if isinstance(callee, torch.nn.Module) or str(getattr(callee, "__module__", None) or "").startswith("torch"):
         return True
+    if isinstance(value.func, ast.Name) and callee is not None:
+        # `loss = loss_fn(batch)`: a function of the user's, or an object of theirs called
+        return _returns_new(callee, None) if inspect.isfunction(callee) else _method_makes_a_node(callee, "__call__")
     if isinstance(value.func, ast.Attribute):
         owner = _lookup(value.func.value, frame)
         return isinstance(owner, (torch.Tensor, torch.nn.Module)) or getattr(owner, "__name__", "") in (
-            "torch", "torch.nn.functional")
+            "torch", "torch.nn.functional") or _method_makes_a_node(owner, value.func.attr)
     return False
+
+
+def _method_makes_a_node(owner, name: str) -> bool:
+    """`logits = self._get_logits(x)`: a method of the user's whose every `return` makes a node
+    as written (`return self.attacked_model(...)`, `return F.cross_entropy(...)`, `return a + b`,
+    or a name it assigned so): unlike a container's `get`, it hands back nothing it keeps."""
+    if owner is None or isinstance(owner, type) or type(owner).__module__.startswith(("torch", "builtins")):
+        return False
+    try:
+        function = inspect.getattr_static(owner, name)
+    except AttributeError:
+        return False
+    return _returns_new(function, owner)
+
+
+def _returns_new(function, owner) -> bool:
+    """Whether every `return` of `function` (a method of `owner`'s, or a plain function) makes a
+    node as written."""
+    code = getattr(function, "__code__", None)
+    source = src.load(code.co_filename) if code is not None else None
+    scope = src.function_for_code(source, code.co_name, code.co_firstlineno) if source is not None else None
+    if scope is None or scope is getattr(source, "tree", None):
+        return False
+    returns = [n.value for n in src.own_nodes(scope) if isinstance(n, ast.Return)]
+    return bool(returns) and all(r is not None and _new_as_written(r, owner, scope, 2) for r in returns)
+
+
+def _new_as_written(expr: ast.expr, owner, scope: ast.AST, depth: int) -> bool:
+    """An expression that makes a new tensor by its form: an operator, a torch function
+    (`torch.`, `F.`), the call of a module the method's `self` holds; a name it last assigned
+    one of those."""
+    if isinstance(expr, (ast.BinOp, ast.UnaryOp)):
+        return True
+    if isinstance(expr, ast.Name) and depth > 0:
+        made = src.last_assignment(scope, expr.id, expr.lineno)
+        return made is not None and made.value is not None and _new_as_written(made.value, owner, scope, depth - 1)
+    if not isinstance(expr, ast.Call):
+        return False
+    root = expr.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id in ("torch", "F"):
+        return True
+    func = expr.func
+    if isinstance(func, ast.Attribute) and _new_as_written(func.value, owner, scope, depth):
+        return True  # a method of a new tensor: `(scores + log_z).pow(2).mean()`
+    held = getattr(owner, "__dict__", {})
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+        and isinstance(held.get(func.attr) or held.get("_modules", {}).get(func.attr), torch.nn.Module)
 
 
 def _recorded_call(call: ast.Call, roots, mark: int, tick: int, filename: str) -> BackwardCall:
