@@ -52,6 +52,82 @@ PPO = """
         opt.step()
 """
 
+# Truncated BPTT inside the time loop (NeuroTorch's shape): each layer's state is filed under
+# its name by a method that has returned when the window's backward fails.
+LAYERWISE_STATES = """
+    import torch
+
+    class Cell(torch.nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x, hh):
+            out = torch.tanh(self.lin(x) + (0 if hh is None else hh[0]))
+            return out, (out,)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cells = torch.nn.ModuleDict({{"a": Cell("a"), "b": Cell("b")}})
+            self.head = torch.nn.Linear(3, 1)
+
+        def _cells_forward_(self, x, states):
+            {loop}:
+                hh = states[{key}][-1] if states[{key}] else None
+                x, hh = cell(x, hh)  # culprit
+                states[{key}].append(hh)
+            return x
+
+        def forward(self, xs, opt):
+            states = {{name: [] for name in self.cells}}
+            window = []
+            for t in range(xs.shape[0]):
+                window.append(self.head(self._cells_forward_(xs[t], states)))
+                states = {{name: trace[-1:] for name, trace in states.items()}}
+                if len(window) == 2:
+                    opt.zero_grad()
+                    torch.stack(window).pow(2).mean().backward()
+                    opt.step()
+                    window.clear()
+
+    model = Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(6, 2, 3), opt)
+"""
+
+# rlkit's SAC before its fix: the policy's loss reads both critics, which step before its backward.
+ACTOR_AFTER_CRITICS = """
+    import torch
+
+    policy = torch.nn.Linear(3, 2)
+    qf1 = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    qf2 = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    policy_opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    qf1_opt = torch.optim.SGD(qf1.parameters(), lr=0.1)
+    qf2_opt = torch.optim.SGD(qf2.parameters(), lr=0.1)
+    for _ in range(2):
+        obs, actions, target = torch.randn(6, 3), torch.randn(6, 2), torch.randn(6, 1)
+        new_actions = torch.tanh(policy(obs))
+        q_new = torch.min(
+            qf1(torch.cat([obs, new_actions], 1)),
+            qf2(torch.cat([obs, new_actions], 1)),  # culprit
+        )
+        policy_loss = -q_new.mean()
+        qf1_loss = (qf1(torch.cat([obs, actions], 1)) - target).pow(2).mean()
+        qf2_loss = (qf2(torch.cat([obs, actions], 1)) - target).pow(2).mean()
+        qf1_opt.zero_grad()
+        qf1_loss.backward()
+        qf1_opt.step()
+        qf2_opt.zero_grad()
+        qf2_loss.backward()
+        qf2_opt.step()
+        policy_opt.zero_grad()
+        policy_loss.backward()
+        policy_opt.step()
+"""
+
 # name: (kind, culprit, script)
 PATTERNS = {
     "augmented assignment on a saved activation": ("inplace-modified", "h", """
@@ -451,6 +527,7 @@ PATTERNS = {
 
         Block()(torch.randn(4, 8)).sum().backward()
     """),
+    # tanh saved its result where it made `out`: that forward comes first, as the samples mark it
     "a residual added in place in a model's forward": ("inplace-modified", "out", """
         import torch
 
@@ -460,8 +537,8 @@ PATTERNS = {
                 self.fc = torch.nn.Linear(8, 8)
 
             def forward(self, x):
-                out = torch.tanh(self.fc(x))
-                out += x  # culprit
+                out = torch.tanh(self.fc(x))  # culprit
+                out += x
                 return out
 
         Residual()(torch.randn(4, 8)).pow(2).sum().backward()
@@ -601,6 +678,75 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    "a layer's state filed in a dict of lists under the key its loop gives, by a method no frame runs": (
+        "second-backward", "hh", LAYERWISE_STATES.format(loop="for name, cell in self.cells.items()", key="name")),
+    "a layer's state filed under its own name, by a method no frame runs": (
+        "second-backward", "hh", LAYERWISE_STATES.format(loop="for cell in self.cells.values()", key="cell.name")),
+    "an LSTM state detached out of place by a loop over its (h, c)": ("second-backward", "state", """
+        import torch
+
+        lstm = torch.nn.LSTM(3, 4)
+        opt = torch.optim.SGD(lstm.parameters(), lr=0.1)
+        state = None
+        for X in torch.randn(3, 5, 2, 3):
+            if state is not None:
+                for s in state:
+                    s.detach()
+            y, state = lstm(X, state)  # culprit
+            opt.zero_grad()
+            y.pow(2).mean().backward()
+            opt.step()
+    """),
+    "the training runs inside a function that switched autograd off": ("no-grad", "loss", """
+        import torch
+
+        def attack(model, x):
+            x = x.clone().requires_grad_()
+            loss = torch.nn.functional.mse_loss(model(x), torch.zeros(4, 1))  # culprit
+            loss.backward()
+            return x.grad.sign()
+
+        def evaluate(model, x):
+            torch.set_grad_enabled(False)
+            err = model(x).abs().mean()
+            eta = attack(model, x)
+            torch.set_grad_enabled(True)
+            return err, eta
+
+        model = torch.nn.Linear(3, 1)
+        evaluate(model, torch.randn(4, 3))
+    """),
+    "a memo of a value made from a trained tensor, computed anew where it is None": ("second-backward", "self.cached", """
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(3, 3)
+                self.mix = torch.nn.Parameter(torch.randn(4))
+                self.cached = None
+
+            def weights(self):
+                if self.training and self.cached is not None:
+                    return self.cached
+                out = torch.softmax(self.mix, 0)
+                if self.training:
+                    self.cached = out  # culprit
+                return out
+
+            def forward(self, x):
+                return self.lin(x) * self.weights().sum()
+
+        model = Model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            loss = model(torch.randn(2, 3)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    "the critics step between the policy's loss and its backward": (
+        "inplace-modified", "qf2[2].weight", ACTOR_AFTER_CRITICS),
 }
 
 
@@ -682,6 +828,63 @@ def test_the_step_reads_the_value_it_made_for_itself_not_the_stale_one(explain_r
     fix = explain_run(script).findings[0]["fixes"][0]
     assert fix["applicability"] == "safe"
     assert "(-D(gen).mean()).backward()" in apply_edits(code, Fix.from_json(fix).edits)
+
+
+def test_a_state_filed_for_the_next_time_step_is_detached_element_wise_and_unsafe(explain_run, tmp_path):
+    """The state appended is a tuple, read back at the next time step of the same window: the
+    detach goes element by element, and it is unsafe (it cuts this window's gradients too)."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(LAYERWISE_STATES.format(loop="for name, cell in self.cells.items()",
+                                                              key="name")).lstrip())
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert fix["applicability"] == "unsafe"
+    assert [e["content"] for e in fix["edits"]] == ["tuple(h.detach() for h in hh)"]
+    assert "`states[name]`" in fix["message"]
+
+
+def test_the_policy_updates_first_where_the_critics_losses_need_none_of_its_weights(explain_run, tmp_path):
+    """Besides the recompute after the critics' steps (fixes[0], as FiredUp and toshikwa did), the
+    policy's update may move before the critics' (rlkit's fix): its gradient is then the one its
+    graph was built for. Where a critic's loss reads the policy's actions, the policy's step
+    would change weights that loss needs, and the move is not offered."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(ACTOR_AFTER_CRITICS).lstrip())
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert fixes[0]["message"].startswith("Recompute `q_new`")
+    fix = fixes[1]
+    assert fix["applicability"] == "safe" and fix["message"].startswith("Update `policy_opt` first")
+    patched = apply_edits(script.read_text(), Fix.from_json(fix).edits).splitlines()
+    assert patched.index("    policy_opt.step()") < patched.index("    qf1_opt.zero_grad()")
+
+    coupled = textwrap.dedent(ACTOR_AFTER_CRITICS).lstrip().replace(
+        "qf1(torch.cat([obs, actions], 1))", "qf1(torch.cat([obs, new_actions], 1))")
+    script.write_text(coupled)
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert not any(f["message"].startswith("Update `policy_opt` first") for f in fixes)
+
+
+def test_autograd_is_turned_on_for_the_call_that_trains_not_for_the_function_that_switched_it_off(
+        explain_run, tmp_path):
+    """Scoping the switch to `evaluate` would still leave `attack` under it: the fix wraps the
+    call in `torch.enable_grad()`, as convex_adversarial's maintainer said."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(PATTERNS["the training runs inside a function that switched autograd off"][2])
+                      .lstrip())
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert "with torch.enable_grad():\n        eta = attack(model, x)" in apply_edits(script.read_text(),
+                                                                                  Fix.from_json(fix).edits)
+
+
+def test_a_memo_of_a_trained_value_is_dropped_not_detached(explain_run, tmp_path):
+    """Detached, the memo would stop `mix` training after the first step: the store goes (with
+    the `if` around it), and every call computes the value with its own graph."""
+    name = "a memo of a value made from a trained tensor, computed anew where it is None"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(PATTERNS[name][2]).lstrip())
+    fix = explain_run(script).findings[0]["fixes"][0]
+    patched = apply_edits(script.read_text(), Fix.from_json(fix).edits)
+    assert fix["applicability"] == "safe" and "self.cached = out" not in patched and ".detach()" not in patched
+    assert "        if self.training:\n        return out" not in patched
 
 
 def test_a_value_made_in_a_helper_is_not_moved_out_of_it(explain_run, tmp_path):

@@ -28,14 +28,24 @@ TWINS = [s for s in EVERY if s.fixed is not None]
 NOT_YET: dict[str, str] = {
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
+    "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "
+                                         "before either step, netE frozen for the second (G then steps once on "
+                                         "their sum)",
+    "real/keras_stateful_lstm_state_assign": "named `self._value` (line 19), where Variable.value hands the graph "
+                                             "the tensor assign() overwrites, not the layer's `self.states`; "
+                                             "fixes[0] trains what the twin trains",
     "real/maddpg_soft_update_target_actor": "the soft update (load_state_dict) is named, but no fix: the "
                                             "twin changes the algorithm (target actions under no_grad, each "
                                             "agent's actor re-run with the others' actions from the buffer)",
-    "real/neurotorch_tbptt_hidden_layers": "unnamed: the input layer's state is appended to "
-                                           "hidden_states[layer_name] in a method no frame runs any more, and "
-                                           "the binding reaches it as hidden_states['input'][0]",
+    "real/nf_soft_mining_prop_viewdirs": "named `rgb`, shared by the two backward calls, not `t_dirs` in the "
+                                         "proposal networks' closure, where the estimator's graph enters the rays'",
     "real/redq_policy_loss_after_q_step": "the Q step is named, but no fix: the twin back-propagates both losses "
                                           "before any step with the Q nets frozen for the policy's forward",
+    "real/rlkit_sac_policy_loss_after_qf_step": "fixes[0] recomputes the policy's Q values after the critics "
+                                                "step (FiredUp's and toshikwa's way); the twin updates the policy "
+                                                "first (rlkit's way), which is fixes[1]",
+    "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
+                                          "sigmoid that forward applies again, so it trains other weights",
 }
 # Causes whose carrier holds history of an earlier step: carried state, running totals, a
 # discarded detach, stored history, a graph retained across iterations.
