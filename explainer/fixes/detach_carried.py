@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Fix
+from ..model import Edit, Fix
 from ..reading.source import (
     Assignment,
     Source,
@@ -180,13 +180,8 @@ def keep_discarded_detach(source: Source, carrier: str, loop: ast.stmt, is_tuple
     since a tuple has no `.detach()`."""
     edits, discarded = [], []
     for node in ast.walk(loop):
-        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and len(node.body) == 1 \
-                and canonical(node.iter) == canonical(carrier) and _discarded_detach(node.body[0], node.target.id) \
-                and node.body[0].value.func.attr == "detach":  # `s.detach_()` does detach each
-            element = node.target.id
-            rebuilt = f"tuple({element}.detach() for {element} in {carrier})" if is_tuple \
-                else f"[{element}.detach() for {element} in {carrier}]"
-            edits.append(replace(source, node, f"{carrier} = {rebuilt}"))
+        if discarded_per_element(node) and canonical(node.iter) == canonical(carrier):
+            edits.append(assign_detached_elements(source, node, is_tuple))
             # the discard that ran on a tuple state comes first in the message
             discarded.insert(0 if is_tuple else len(discarded), source.segment(node.body[0].value))
         elif _discarded_detach(node, carrier) or (_discarded_detach(node) and reads(node.value.func.value, carrier)):
@@ -199,6 +194,22 @@ def keep_discarded_detach(source: Source, carrier: str, loop: ast.stmt, is_tuple
     if not edits:
         return None
     return Fix(f"`{discarded[0]}` throws its result away: assign it back to `{carrier}`", tuple(edits))
+
+
+def discarded_per_element(node: ast.AST) -> bool:
+    """`for s in state: s.detach()`: each element's detached copy thrown away (`s.detach_()`
+    does detach each)."""
+    return isinstance(node, ast.For) and isinstance(node.target, ast.Name) and len(node.body) == 1 \
+        and _discarded_detach(node.body[0], node.target.id) and node.body[0].value.func.attr == "detach"
+
+
+def assign_detached_elements(source: Source, loop: ast.For, is_tuple: bool) -> Edit:
+    """`for s in state: s.detach()` -> `state = tuple(s.detach() for s in state)` (a list where
+    the state is one)."""
+    element, container = loop.target.id, source.segment(loop.iter)
+    rebuilt = f"tuple({element}.detach() for {element} in {container})" if is_tuple \
+        else f"[{element}.detach() for {element} in {container}]"
+    return replace(source, loop, f"{container} = {rebuilt}")
 
 
 def _discarded_detach(node: ast.AST, receiver: str | None = None) -> bool:

@@ -246,9 +246,16 @@ def detached_in(loop: ast.AST, expression: str) -> bool:
             receiver = node.func.value
             while isinstance(receiver, ast.Subscript):  # `hidden[0].detach_()` detaches part of `hidden`
                 receiver = receiver.value
-            if src.canonical(receiver) == src.canonical(expression):
+            if src.canonical(receiver) == src.canonical(expression) or _element_of(receiver, node, expression):
                 return True
     return False
+
+
+def _element_of(receiver: ast.expr, call: ast.Call, expression: str) -> bool:
+    """`s` in `for s in state: s.detach_()`: an element of `expression`, detached in place."""
+    loop = next((a for a in src.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor))), None)
+    return isinstance(receiver, ast.Name) and loop is not None and isinstance(loop.target, ast.Name) \
+        and loop.target.id == receiver.id and src.canonical(loop.iter) == src.canonical(expression)
 
 
 def live_reads(node: ast.AST, expression: str) -> list[ast.expr]:

@@ -5,6 +5,7 @@ import ast
 from collections.abc import Iterator
 
 from ...causes.bx003_discarded_detach import CAUSE
+from ...fixes import detach_carried
 from ...fixes.edits import replace
 from ...model import Finding, Fix
 from ...reading import source as src
@@ -25,9 +26,15 @@ def check(module: CheckedModule) -> Iterator[Finding]:
 
 
 def _discarded(module: CheckedModule, node: ast.AST) -> Iterator[Finding]:
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+    if detach_carried.discarded_per_element(node):
+        # Whether the state is a tuple or a list, the source does not say: the fix is unproven.
+        fix = Fix(f"Assign `{module.source.segment(node.iter)}` its elements detached",
+                  (detach_carried.assign_detached_elements(module.source, node, is_tuple=True),), "unsafe")
+        yield module.finding(CODE, "per-element", node, fix, carrier=module.source.segment(node.iter), made_at=node,
+                             call=module.source.segment(node.body[0].value))
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
             and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "detach" \
-            and not node.value.args:
+            and not node.value.args and not detach_carried.discarded_per_element(src.parent(node)):
         receiver = module.source.segment(node.value.func.value)
         fix = Fix(f"Assign the detached tensor back: `{receiver} = {receiver}.detach()`",
                   (replace(module.source, node, f"{receiver} = {receiver}.detach()"),))
@@ -46,5 +53,37 @@ def _discarded(module: CheckedModule, node: ast.AST) -> Iterator[Finding]:
 
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
-INVALID: list[Invalid] = []
-VALID: list[Valid] = []
+INVALID: list[Invalid] = [
+    Invalid("an LSTM's (h, c) detached out of place by a loop over it (d2l's train_epoch_ch8, PR #1410)", """
+import torch
+
+lstm = torch.nn.LSTM(3, 4)
+opt = torch.optim.SGD(lstm.parameters(), lr=0.1)
+state = None
+for x in torch.randn(3, 5, 2, 3):
+    if state is not None:
+        for s in state:
+            s.detach()
+    y, state = lstm(x, state)
+    opt.zero_grad()
+    y.pow(2).mean().backward()
+    opt.step()
+"""),
+]
+VALID: list[Valid] = [
+    Valid("the same loop detaching each element in place, as d2l does", """
+import torch
+
+lstm = torch.nn.LSTM(3, 4)
+opt = torch.optim.SGD(lstm.parameters(), lr=0.1)
+state = None
+for x in torch.randn(3, 5, 2, 3):
+    if state is not None:
+        for s in state:
+            s.detach_()
+    y, state = lstm(x, state)
+    opt.zero_grad()
+    y.pow(2).mean().backward()
+    opt.step()
+"""),
+]
