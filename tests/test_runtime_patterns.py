@@ -887,6 +887,36 @@ def test_a_memo_of_a_trained_value_is_dropped_not_detached(explain_run, tmp_path
     assert "        if self.training:\n        return out" not in patched
 
 
+def test_no_recompute_is_placed_by_the_row_of_a_step_in_another_function(explain_run, tmp_path):
+    """The first update runs in a helper the loop calls after the forward: the helper's step has
+    no row in the loop to recompute after, and a recompute placed by comparing rows across
+    functions went before the helper call (nf-soft-mining's, which then crashed)."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+
+        def update(opt, loss):
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        enc, head = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+        opt_enc, opt_head = torch.optim.SGD(enc.parameters(), lr=0.1), torch.optim.SGD(head.parameters(), lr=0.1)
+        for x in torch.randn(2, 4, 3):
+            h = torch.tanh(enc(x))
+            update(opt_enc, h.pow(2).mean())
+            loss = head(h).pow(2).mean()
+            opt_head.zero_grad()
+            loss.backward()
+            opt_head.step()
+    """).lstrip())
+    run = explain_run(script)
+    assert run.findings and run.findings[0]["culprits"][0]["name"] == "h"
+    call_row = script.read_text().splitlines().index("    update(opt_enc, h.pow(2).mean())") + 1
+    for fix in run.findings[0]["fixes"]:
+        assert not (fix["message"].startswith("Recompute") and fix["edits"][0]["location"]["row"] <= call_row), fix
+
+
 def test_a_value_made_in_a_helper_is_not_moved_out_of_it(explain_run, tmp_path):
     """`self.reg_loss` is made in a method called once before the loop: its line cannot move into
     the loop (it would leave the method), so no fix offers that, and every fix offered parses."""

@@ -61,11 +61,12 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
         fixes.append(detach)
         if first_update:
             advice = "first-update"
-        fixes.append(recompute_forward.recompute_before_use(
-            located.source, located.scope, located.store, last_step.row, failing,
-            f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row, last_step.column).code}`"
-            f" (line {last_step.row}): the step changed the weights its graph was built with",
-            upstream=ctx.made_history))
+        if _runs_in(located, last_step):
+            fixes.append(recompute_forward.recompute_before_use(
+                located.source, located.scope, located.store, last_step.row, failing,
+                f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row, last_step.column).code}`"
+                f" (line {last_step.row}): the step changed the weights its graph was built with",
+                upstream=ctx.made_history))
     elif located is not None and failing is not None and previous_stmt is not None \
             and (changed := _optimizer_call_between(ctx, source, previous_stmt, failing)) is not None:
         fixes.append(recompute_forward.recompute_before_use(
@@ -83,6 +84,16 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
         advice = "sum-losses"
     return finding("BX006", "run-shared", "second-backward", freed_graph(ctx, name, located, previous, advice),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
+
+
+def _runs_in(located: Located, step) -> bool:
+    """Whether the step's line is one of the carrier's own scope: a step in a helper it calls
+    (nf-soft-mining's estimator steps inside `update_every_n_steps(...)`) has no row there to
+    recompute after."""
+    scope = located.scope
+    return step.filename == located.source.filename and (
+        scope is located.source.tree and src.enclosing_function(src.innermost_statement(scope, step.row)) is None
+        or scope is not located.source.tree and scope.lineno <= step.row <= scope.end_lineno)
 
 
 def where_they_meet(ctx: Context, candidate: Candidate, previous: BackwardCall) -> Located | None:
