@@ -334,8 +334,12 @@ def _element_of_iterated(ctx: Context, binding: naming.Binding) -> naming.Bindin
         if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == binding.base \
                 and isinstance(node.iter, ast.Name):
             held = frame.f_locals.get(node.iter.id, frame.f_globals.get(node.iter.id))
-            if isinstance(held, (list, tuple)) and held:
-                index = next((i for i, item in enumerate(held) if item is binding.value), len(held) - 1)
+            if not isinstance(held, (list, tuple)) or not held:
+                continue
+            index = next((i for i, item in enumerate(held) if item is binding.value), None)
+            if index is None and any(a.stmt.lineno > node.end_lineno for a in src.assignments(scope, node.iter.id)):
+                index = len(held) - 1  # re-bound after the loop (`y_hat, state = net(X, state)`)
+            if index is not None:
                 return naming.Binding(binding.frame_index, node.iter.id, (("item", index),), binding.value, None)
     return binding
 
