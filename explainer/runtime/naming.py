@@ -140,6 +140,19 @@ def _module_members(module: torch.nn.Module):
     yield from module._buffers.items()
 
 
+def stored_attribute(obj, name: str, missing=None):
+    """`obj.name` as stored, read without running a property or `__getattr__` of the user's: its
+    `__dict__`, or a module's submodules, parameters and buffers; `missing` where it is neither."""
+    held = getattr(obj, "__dict__", {})
+    if name in held:
+        return held[name]
+    if isinstance(obj, torch.nn.Module):
+        for store in (obj._modules, obj._parameters, obj._buffers):
+            if name in store:
+                return store[name]
+    return missing
+
+
 def is_user_object(value) -> bool:
     module = type(value).__module__ or ""
     if not hasattr(value, "__dict__") or module.startswith(("torch", "builtins", "numpy")):

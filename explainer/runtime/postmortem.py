@@ -349,9 +349,8 @@ def _new_as_written(expr: ast.expr, owner, scope: ast.AST, depth: int) -> bool:
     func = expr.func
     if isinstance(func, ast.Attribute) and _new_as_written(func.value, owner, scope, depth):
         return True  # a method of a new tensor: `(scores + log_z).pow(2).mean()`
-    held = getattr(owner, "__dict__", {})
     return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
-        and isinstance(held.get(func.attr) or held.get("_modules", {}).get(func.attr), torch.nn.Module)
+        and isinstance(naming.stored_attribute(owner, func.attr), torch.nn.Module)
 
 
 def _recorded_call(call: ast.Call, roots, mark: int, tick: int, filename: str) -> BackwardCall:
@@ -454,11 +453,7 @@ def _lookup(node: ast.expr, frame):
         owner = _lookup(node.value, frame)
         if owner is None:
             return None
-        found = getattr(owner, "__dict__", {}).get(node.attr)
-        if found is None and isinstance(owner, torch.nn.Module):  # `self.netD`: kept in `_modules`
-            found = next((d[node.attr] for d in (owner._modules, owner._parameters, owner._buffers)
-                          if node.attr in d), None)
-        return found
+        return naming.stored_attribute(owner, node.attr)  # `self.netD`: kept in `_modules`
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
         owner = _lookup(node.value, frame)
         try:

@@ -9,6 +9,7 @@ import ast
 import torch
 
 from ...reading import source as src
+from ..naming import stored_attribute
 
 _MISSING = object()
 
@@ -51,7 +52,7 @@ def _keys(call: ast.Call, key: ast.expr, owner) -> list:
             items = [item[position] if isinstance(item, tuple) and len(item) > position else _MISSING
                      for item in items]
         if attribute is not None:
-            items = [_plain_attribute(item, attribute) for item in items]
+            items = [stored_attribute(item, attribute, _MISSING) for item in items]
         return [item for item in items if item is not _MISSING]
     return []
 
@@ -92,14 +93,6 @@ def _read(expression: ast.expr, owner):
         return owner if expression.id == "self" else _MISSING
     if isinstance(expression, ast.Attribute):
         base = _read(expression.value, owner)
-        return _MISSING if base is _MISSING else _plain_attribute(base, expression.attr)
+        return _MISSING if base is _MISSING else stored_attribute(base, expression.attr, _MISSING)
     return _MISSING
 
-
-def _plain_attribute(obj, name: str):
-    """`obj.name` as stored, without running a property or `__getattr__` of the user's."""
-    if isinstance(obj, torch.nn.Module):
-        for store in (obj._modules, obj._parameters, obj._buffers):
-            if name in store:
-                return store[name]
-    return getattr(obj, "__dict__", {}).get(name, _MISSING)

@@ -209,14 +209,15 @@ def _left_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Findi
                                ("switch", source.segment(stmt)), ("switch_file", source.filename),
                                ("switch_row", stmt.lineno), ("switch_function", getattr(function, "name", ""))))
     on = f"{source.segment(call.func)}(True)"
-    fixes = [undo_cut.scope_the_switch(source, function, stmt, call) if function is not None else None,
-             undo_cut.enable_grad_before(where.source, forward, source.segment(stmt), on)]
     running = _running_call(ctx, source, function)
     if running is not None:
         # The function that switched autograd off is still running, and calls the training
         # (convex_adversarial's PGD attack inside `evaluate_robust`): scoping the switch to it
         # would still cover the call. Turn autograd on for that call alone.
-        fixes = [undo_cut.enable_grad_around(source, running), fixes[1]]
+        first = undo_cut.enable_grad_around(source, running)
+    else:
+        first = undo_cut.scope_the_switch(source, function, stmt, call) if function is not None else None
+    fixes = [first, undo_cut.enable_grad_before(where.source, forward, source.segment(stmt), on)]
     return finding("BX009", "run-switched-off", "no-grad", evidence, [_assigned(where.source, assignment)], fixes)
 
 
