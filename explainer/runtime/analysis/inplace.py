@@ -443,14 +443,13 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     if stepped is None or id(step_stmt) not in at or call is None or at[id(step_stmt)] >= at[id(failing)]:
         return None
     last = at[id(step_stmt)]
-    zeroed = [i for i in range(last) if isinstance(block[i], ast.Expr)
-              and src.canonical(src.call_receiver(block[i], "zero_grad") or "") == src.canonical(stepped)]
+    zeroed = [i for i in range(last) if _receiver(block[i], "zero_grad") == src.canonical(stepped)]
     if not zeroed:
         return None
     moved = block[zeroed[-1]:last + 1]
     if not any(src.call_named(stmt, "backward") is not None for stmt in moved):
         return None
-    end = next((stmt for stmt in block[at[id(failing)]:] if src.call_receiver(stmt, "step") is not None), failing)
+    end = next((stmt for stmt in block[at[id(failing)]:] if _receiver(stmt, "step") is not None), failing)
     bound = {name for stmt in moved for target in src.targets_of(stmt) for name in src.names_read(target)}
     if bound & {name for stmt in block[last + 1:at[id(end)] + 1] for name in src.names_read(stmt)}:
         return None  # a statement before the new place reads what the moved ones make
@@ -458,12 +457,10 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     first, final = moved[0].lineno, moved[-1].end_lineno
     text = source.text
     backward = [c for stmt in moved for c in [src.call_named(stmt, "backward")] if c is not None]
-    loss = ctx.lookup(src.canonical(backward[0].func.value), source.filename) \
-        if len(backward) == 1 and isinstance(backward[0].func, ast.Attribute) else None
-    if len(backward) != 1 or not isinstance(loss, torch.Tensor):
+    loss = _backward_loss(ctx, source, backward[0]) if len(backward) == 1 else None
+    if loss is None:
         return None
-    first_stepping = ctx.lookup(src.canonical(src.call_receiver(end, "step")), source.filename) \
-        if end is not failing else None
+    first_stepping = ctx.lookup(_receiver(end, "step"), source.filename) if end is not failing else None
     if not isinstance(first_stepping, torch.optim.Optimizer) or step.optimizer() is None \
             or not _only_updates(block[last + 1:at[id(end)] + 1]):
         return None
@@ -505,8 +502,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
         return None
 
     def receiver(index: int, method: str) -> str | None:
-        found = src.call_receiver(block[index], method) if isinstance(block[index], ast.Expr) else None
-        return src.canonical(found) if found is not None else None
+        return _receiver(block[index], method)
 
     end = next((i for i in range(failed + 1, len(block)) if receiver(i, "step") is not None), None)
     own = receiver(end, "step") if end is not None else None
@@ -530,14 +526,13 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
         return None
     zeroed = set()
     for stmt in between:
-        if src.call_receiver(stmt, "zero_grad") is not None:
-            zeroed.add(src.canonical(src.call_receiver(stmt, "zero_grad")))
+        if _receiver(stmt, "zero_grad") is not None:
+            zeroed.add(_receiver(stmt, "zero_grad"))
         call = src.call_named(stmt, "backward")
         if call is not None:
-            loss = ctx.lookup(src.canonical(call.func.value), source.filename) \
-                if isinstance(call.func, ast.Attribute) else None
+            loss = _backward_loss(ctx, source, call)
             later_step = next((receiver(i, "step") for i in stepping if block[i].lineno > stmt.lineno), None)
-            if not isinstance(loss, torch.Tensor) or loss.grad_fn is None \
+            if loss is None or loss.grad_fn is None \
                     or parameters_under(loss.grad_fn) & stepped or later_step not in zeroed:
                 return None
     first, final = moved[0].lineno, moved[-1].end_lineno
@@ -548,6 +543,21 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
                f"`{source.segment(block[insert])}` (line {block[insert].lineno}), so this backward takes its "
                f"gradient at the weights its graph was built with, before the other optimizers step them",
                edits, "safe")
+
+
+def _receiver(stmt: ast.stmt, method: str) -> str | None:
+    """`opt` (canonical) where `stmt` is the expression statement `opt.<method>(...)`: how the two
+    reorderings read a block of updates (`zero_grad`, `backward`, `step`)."""
+    found = src.call_receiver(stmt, method) if isinstance(stmt, ast.Expr) else None
+    return src.canonical(found) if found is not None else None
+
+
+def _backward_loss(ctx, source, call: ast.Call) -> torch.Tensor | None:
+    """The tensor that `call`, `loss.backward(...)`, back-propagates, as the frames hold `loss`."""
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    loss = ctx.lookup(src.canonical(call.func.value), source.filename)
+    return loss if isinstance(loss, torch.Tensor) else None
 
 
 def _ascends_what_it_descended(ctx) -> bool:
