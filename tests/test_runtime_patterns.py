@@ -470,8 +470,34 @@ PATTERNS = {
             return loss
 
         for _ in range(3):
-            loss = train_step(torch.randn(8, 4), torch.randn(8, 1))
-            loss.backward()  # culprit
+            loss = train_step(torch.randn(8, 4), torch.randn(8, 1))  # culprit
+            loss.backward()
+    """),
+    # fairseq's `optimizer.backward(loss)`: the wrapper's `loss.backward()` back-propagates both
+    # times; the second caller's call is the one to remove, not the wrapper's body.
+    "a loss back-propagated twice through the user's backward wrapper": ("second-backward", "loss", """
+        import torch
+
+        class Optimizer:
+            def __init__(self, params):
+                self.optimizer = torch.optim.SGD(params, lr=0.1)
+
+            def backward(self, loss):
+                loss.backward()
+
+        model = torch.nn.Linear(4, 1)
+        optimizer = Optimizer(model.parameters())
+
+        def forward_reg(x, y):
+            loss = (model(x) - y).pow(2).mean()
+            optimizer.backward(loss)
+            return loss
+
+        for _ in range(3):
+            optimizer.optimizer.zero_grad()
+            loss = forward_reg(torch.randn(8, 4), torch.randn(8, 1))  # culprit
+            optimizer.backward(loss)
+            optimizer.optimizer.step()
     """),
     "per-layer states kept in a list": ("second-backward", "states[i]", """
         import torch
@@ -747,6 +773,186 @@ PATTERNS = {
     """),
     "the critics step between the policy's loss and its backward": (
         "inplace-modified", "qf2[2].weight", ACTOR_AFTER_CRITICS),
+    # restyle-encoder's `self.net.latent_avg`, made in `Coach.__init__` from a decoder no optimizer trains
+    "a constant set on another object in __init__, declared None by its class": ("second-backward", "self.net.latent_avg", """
+        import torch
+
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = torch.nn.Linear(4, 4)
+                self.decoder = torch.nn.Linear(4, 4)
+                self.latent_avg = None  # a checkpoint may or may not have it
+
+            def forward(self, x):
+                return self.encoder(x) + self.latent_avg
+
+
+        class Coach:
+            def __init__(self):
+                self.net = Net()
+                if self.net.latent_avg is None:
+                    self.net.latent_avg = self.net.decoder(torch.ones(1, 4)).mean(0)  # culprit
+                self.optimizer = torch.optim.SGD(self.net.encoder.parameters(), lr=0.1)
+
+            def train(self):
+                for _ in range(3):
+                    self.optimizer.zero_grad()
+                    loss = self.net(torch.randn(8, 4)).pow(2).mean()
+                    loss.backward()
+                    self.optimizer.step()
+
+
+        Coach().train()
+    """),
+    # StyleTTS2's `optimizer.step("disc")`: the step's own row is in the wrapper, the recompute goes after the user's call
+    "a graph reused after a step that the user's optimizer wrapper ran": ("inplace-modified", "disc[2].weight", """
+        import torch
+
+
+        class MultiOptimizer:
+            def __init__(self, optimizers):
+                self.optimizers = optimizers
+
+            def step(self, key):
+                self.optimizers[key].step()
+
+            def zero_grad(self):
+                for optimizer in self.optimizers.values():
+                    optimizer.zero_grad()
+
+
+        gen, disc = torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        optimizer = MultiOptimizer({"gen": torch.optim.SGD(gen.parameters(), lr=0.1),
+                                    "disc": torch.optim.SGD(disc.parameters(), lr=0.1)})
+        for _ in range(3):
+            fake = gen(torch.randn(8, 4))
+            d_loss = disc(fake.detach()).mean()
+            g_loss = -disc(fake).mean()  # culprit
+            optimizer.zero_grad()
+            d_loss.backward()
+            optimizer.step("disc")
+            optimizer.zero_grad()
+            g_loss.backward()
+            optimizer.step("gen")
+    """),
+    # CausalDiscoveryToolbox's SAM: `gen_loss` is set in each branch of `if losstype == ...`
+    "a loss assigned in each branch of an if, after a step": ("inplace-modified", "disc[2].weight", """
+        import torch
+
+        gen, disc = torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        g_opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+        d_opt = torch.optim.SGD(disc.parameters(), lr=0.1)
+        losstype = "gan"
+        for _ in range(3):
+            g_opt.zero_grad()
+            d_opt.zero_grad()
+            fake = gen(torch.randn(8, 4))
+            disc_vars_d = disc(fake.detach())
+            disc_vars_g = disc(fake)  # culprit
+            if losstype == "gan":
+                disc_loss = disc_vars_d.mean()
+                gen_loss = -disc_vars_g.mean()
+            else:
+                disc_loss = disc_vars_d.exp().mean()
+                gen_loss = -disc_vars_g.exp().mean()
+            disc_loss.backward()
+            d_opt.step()
+            loss = gen_loss + fake.pow(2).mean()
+            loss.backward()
+            g_opt.step()
+    """),
+    # FQF's `entropy_loss`, added to the fraction loss and to the quantile loss
+    "a term both updates add to their losses": ("inplace-modified", "fraction.weight", """
+        import torch
+
+
+        def update_params(optim, loss, retain_graph=False):
+            optim.zero_grad()
+            loss.backward(retain_graph=retain_graph)
+            optim.step()
+
+
+        embed, fraction, quantile = torch.nn.Linear(4, 4), torch.nn.Linear(4, 3), torch.nn.Linear(4, 1)
+        fraction_optim = torch.optim.SGD(fraction.parameters(), lr=0.1)
+        quantile_optim = torch.optim.SGD([*embed.parameters(), *quantile.parameters()], lr=0.1)
+        for _ in range(3):
+            embeddings = embed(torch.randn(8, 4))
+            entropies = torch.tanh(fraction(embeddings)).sum(1)  # culprit
+            fraction_loss = (fraction(embeddings.detach()) ** 2).mean()
+            quantile_loss = quantile(embeddings).pow(2).mean()
+            entropy_loss = -0.1 * entropies.mean()
+            update_params(fraction_optim, fraction_loss + entropy_loss, retain_graph=True)
+            update_params(quantile_optim, quantile_loss + entropy_loss)
+    """),
+    # TextBox's LeakGAN: `for i, (o, loss) in enumerate(zip(opt, losses))`, each `o.step()` inside
+    "every optimizer steps in the loop over the losses": ("inplace-modified", "self.model.manager.weight", """
+        import torch
+
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = torch.nn.Linear(4, 4)
+                self.manager = torch.nn.Linear(4, 4)
+                self.worker = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+            def losses(self, x):
+                goal = torch.tanh(self.manager(self.embed(x)))
+                return goal.pow(2).mean(), self.worker(goal).mean()
+
+
+        class Trainer:
+            def __init__(self, model):
+                self.model = model
+                self.opt = (torch.optim.SGD(model.manager.parameters(), lr=0.1),
+                            torch.optim.SGD([*model.embed.parameters(), *model.worker.parameters()], lr=0.1))
+
+            def optimize(self, losses, model, opt):
+                for i, (o, loss) in enumerate(zip(opt, losses)):
+                    o.zero_grad()
+                    loss.backward(retain_graph=i < len(opt) - 1)
+                    o.step()
+
+            def epoch(self):
+                for _ in range(2):
+                    losses = self.model.losses(torch.randn(8, 4))  # culprit
+                    self.optimize(losses, self.model, self.opt)
+
+
+        Trainer(Model()).epoch()
+    """),
+    # GPyTorch's `precomputed_cache=self.mean_cache`, then `self.mean_cache = mean_cache`
+    "a cache handed to a helper and replaced by what it returns": ("second-backward", "self.cache", """
+        import torch
+
+
+        class Predictor(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = torch.nn.Parameter(torch.ones(4))
+                self.cache = None
+
+            def forward(self, x):
+                cache = precompute(self.scale, self.cache)
+                self.cache = cache  # culprit
+                return (x * cache).sum()
+
+
+        def precompute(scale, cache):
+            return scale.exp() if cache is None else cache
+
+
+        model = Predictor()
+        x = torch.randn(4, requires_grad=True)
+        optimizer = torch.optim.SGD([x], lr=0.1)
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = model(x)
+            loss.backward()
+            optimizer.step()
+    """),
 }
 
 
@@ -1089,3 +1295,34 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     (finding,) = run.findings
     assert "`loss.backward()` in the previous iteration freed that graph" in finding["message"]
     assert "opt.step()" not in finding["message"] and "backward  oneline.py:8: loss.backward()" in run.stderr
+
+
+@pytest.mark.parametrize("name, applicability, present, absent", [
+    # The caller's `optimizer.backward(loss)` goes; the wrapper every caller needs stays.
+    ("a loss back-propagated twice through the user's backward wrapper", "safe",
+     "    def backward(self, loss):\n        loss.backward()", "    optimizer.backward(loss)\n    optimizer.optimizer.step()"),
+    # Made from weights no optimizer trains: kept as data, not recomputed in each forward.
+    ("a constant set on another object in __init__, declared None by its class", "safe",
+     "torch.ones(1, 4)).mean(0).detach()", "self.latent_avg.repeat"),
+    # After the user's `optimizer.step("disc")`, not before it by the wrapper's own row; `fake`
+    # is not drawn again: the discriminator saw it detached, and the step did not change `gen`.
+    ("a graph reused after a step that the user's optimizer wrapper ran", "safe",
+     'optimizer.step("disc")\n    optimizer.zero_grad()\n    g_loss = -disc(fake).mean()\n    g_loss.backward()',
+     "    fake = gen(torch.randn(8, 4))\n    g_loss"),
+    # The `if` is copied with only what the generator's loss needs, right after the step.
+    ("a loss assigned in each branch of an if, after a step", "safe",
+     '    d_opt.step()\n    disc_vars_g = disc(fake)\n    if losstype == "gan":\n        gen_loss = -disc_vars_g.mean()\n'
+     '    else:\n        gen_loss = -disc_vars_g.exp().mean()\n', "disc_loss = disc_vars_d.mean()\n        gen_loss = -disc_vars_g.mean()\n    else:\n        gen_loss"),
+    ("a term both updates add to their losses", "unsafe", "update_params(quantile_optim, quantile_loss)", ""),
+    ("every optimizer steps in the loop over the losses", "unsafe",
+     "            loss.backward(retain_graph=i < len(opt) - 1)\n        for o in opt:\n            o.step()", ""),
+    # The state stored for the next call goes without history; this call's value keeps it.
+    ("a cache handed to a helper and replaced by what it returns", "unsafe", "self.cache = cache.detach()", ""),
+])
+def test_the_fix_first_offered_is_the_experts(name, applicability, present, absent, explain_run, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(PATTERNS[name][2]).lstrip())
+    fix = explain_run(script).findings[0]["fixes"][0]
+    patched = apply_edits(script.read_text(), Fix.from_json(fix).edits)
+    assert fix["applicability"] == applicability and present in patched, patched
+    assert not absent or absent not in patched, patched

@@ -3,10 +3,22 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ..model import Fix
 from ..reading.dataflow import ancestors
-from ..reading.source import Source, canonical, inside, loops_around, names_read, own_nodes, parent, reads, targets_of
+from ..reading.source import (
+    Source,
+    canonical,
+    enclosing_block,
+    inside,
+    loops_around,
+    names_read,
+    own_nodes,
+    parent,
+    reads,
+    targets_of,
+)
 from ..reading.source import ancestors as ancestors_of
 from .edits import delete_lines, insert_lines_after, insert_lines_before, statement_text
 
@@ -78,21 +90,67 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
     plan = recomputed(scope, carrier_stmt, after_row, failing_stmt, upstream, also)
     if plan is None:
         return None
-    kept, insertion = plan
-    lines = [*zero_grad_again(scope, after_row, insertion.lineno, failing_stmt),
-             *(line for stmt in kept for line in statement_text(source, stmt))]
-    return Fix(why, (insert_lines_before(source, insertion, lines),))
+    lines = [*zero_grad_again(scope, after_row, plan.anchor.lineno, failing_stmt),
+             *(line for stmt in plan.kept for line in _copy_text(source, stmt, plan.inner))]
+    insert = insert_lines_after if plan.after else insert_lines_before
+    return Fix(why, (insert(source, plan.anchor, lines),))
+
+
+class Plan(NamedTuple):
+    """What a recompute runs again and where: the statements of the carrier's block in `kept`,
+    in order, an `if` among them copied with only its tests and the assignments in `inner`
+    (each branch of `if losstype == "gan": ... elif ...` assigns part of the loss); before
+    `anchor`, or after it where `after`."""
+
+    kept: list[ast.stmt]
+    anchor: ast.stmt
+    after: bool = False
+    inner: tuple[ast.stmt, ...] = ()
+
+
+def copied_assignments(plan: Plan) -> list[ast.stmt]:
+    """The assignments a plan runs again, those in a copied `if` included, in source order."""
+    return sorted([s for s in plan.kept if not isinstance(s, ast.If)] + list(plan.inner),
+                  key=lambda n: (n.lineno, n.col_offset))
+
+
+def _copy_text(source: Source, stmt: ast.stmt, inner: tuple[ast.stmt, ...]) -> list[str]:
+    """`stmt`'s lines; an `if`'s with only its tests and the statements of `inner` (`pass` in a
+    branch left without any)."""
+    if not isinstance(stmt, ast.If):
+        return statement_text(source, stmt)
+    wanted = {id(s) for s in inner}
+
+    def branch(statements: list[ast.stmt]) -> list[str]:
+        lines = [line for s in statements for line in (
+            _copy_text(source, s, inner) if isinstance(s, ast.If) else
+            statement_text(source, s) if id(s) in wanted else [])]
+        return ["    " + line for line in lines] or ["    pass"]
+
+    lines, node, keyword = [], stmt, "if"
+    while True:
+        lines += [f"{keyword} {source.segment(node.test)}:", *branch(node.body)]
+        orelse = node.orelse
+        if len(orelse) == 1 and isinstance(orelse[0], ast.If) \
+                and source.line(orelse[0].lineno).lstrip().startswith("elif"):
+            node, keyword = orelse[0], "elif"
+            continue
+        if orelse:
+            lines += ["else:", *branch(orelse)]
+        return lines
 
 
 def recomputed(scope: ast.AST, carrier_stmt: ast.stmt, after_row: int, failing_stmt: ast.stmt,
                upstream: Callable[[ast.stmt], bool] | None = None,
-               also: list[ast.stmt] = ()) -> tuple[list[ast.stmt], ast.stmt] | None:
-    """(the statements to run again, the statement they go before): `carrier_stmt` and what was
-    derived from it before `after_row`, where the first statement after `after_row` that uses
-    it needs them. `upstream` says which of the statements it was computed from, in the same
-    block, made tensors with history: the first backward freed their graphs too (`advantage =
-    returns - value` needs `value = critic(s)` again). `also`: more statements to recompute
-    with it (the other critic's forward, stepped too)."""
+               also: list[ast.stmt] = ()) -> Plan | None:
+    """The statements to run again and where: `carrier_stmt` and what was derived from it
+    before `after_row`, where the first statement after `after_row` that uses it needs them.
+    `upstream` says which of the statements it was computed from, in the same block, made
+    tensors with history: the first backward freed their graphs too (`advantage = returns -
+    value` needs `value = critic(s)` again). `also`: more statements to recompute with it (the
+    other critic's forward, stepped too). Where that first use is in another block than the
+    carrier (a branch of a later `if`), they go right after the step instead, when the step is
+    a statement of the carrier's own block: before every use, whichever branch runs."""
     if not isinstance(carrier_stmt, (ast.Assign, ast.AnnAssign)):
         return None
     statements = _simple_statements(scope)
@@ -113,13 +171,40 @@ def recomputed(scope: ast.AST, carrier_stmt: ast.stmt, after_row: int, failing_s
     for stmt in statements:
         if insertion.lineno <= stmt.lineno <= failing_stmt.lineno:
             needed |= names_read(stmt) | {canonical(n) for n in ast.walk(stmt) if isinstance(n, (ast.Attribute, ast.Subscript))}
-    kept = _needed(chain, carrier_stmt, needed)
-    if any(parent(stmt) is not parent(carrier_stmt) for stmt in kept):
+    plan = _lifted(_needed(chain, carrier_stmt, needed), carrier_stmt)
+    if plan is None:
         return None  # statements of an if's two branches cannot be copied one after the other
-    written = _written_into(scope, failing_stmt.lineno, kept)
-    if any(row > stmt.lineno for stmt in kept for t in targets_of(stmt) for row in written.get(canonical(t), ())):
+    kept, inner = plan
+    written = _written_into(scope, failing_stmt.lineno, [*kept, *inner])
+    if any(row > stmt.lineno for stmt in [*kept, *inner] if not isinstance(stmt, ast.If) for t in targets_of(stmt)
+           for row in written.get(canonical(t), ())):
         return None  # `states = torch.zeros(...)`, then `states[h] = ...` in a loop: a copy would be zeros
-    return kept, insertion
+    block = enclosing_block(carrier_stmt)
+    if not any(s is insertion for s in block):
+        step = next((s for s in block if s.lineno <= after_row <= s.end_lineno and isinstance(s, ast.Expr)), None)
+        return Plan(kept, step, True, inner) if step is not None else None
+    return Plan(kept, insertion, False, inner)
+
+
+def _lifted(kept: list[ast.stmt], carrier_stmt: ast.stmt) -> tuple[list[ast.stmt], tuple[ast.stmt, ...]] | None:
+    """(the statements of the carrier's block to copy, the assignments to keep inside those
+    that are an `if`): a statement of `kept` in a branch of an `if` of the carrier's block
+    (`gen_loss` assigned in each branch of `if losstype == "gan": ... elif ...`) is copied with
+    that `if`'s tests, when they call nothing. None where a statement cannot be copied so."""
+    block = enclosing_block(carrier_stmt)
+    lifted: list[ast.stmt] = []
+    inner: list[ast.stmt] = []
+    for stmt in kept:
+        top = stmt
+        while not any(s is top for s in block):
+            top = parent(top)
+            if not isinstance(top, ast.If) or any(isinstance(c, ast.Call) for c in ast.walk(top.test)):
+                return None
+        if top is not stmt:
+            inner.append(stmt)
+        if not any(t is top for t in lifted):
+            lifted.append(top)
+    return sorted(lifted, key=lambda s: s.lineno), tuple(inner)
 
 
 def move_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, after_row: int,

@@ -556,3 +556,19 @@ def calls_named(node: ast.AST, *names: str) -> list[ast.Call]:
             if last in names:
                 found.append(sub)
     return found
+
+
+def iterated_by(target: ast.expr, iterable: ast.expr, name: str) -> ast.Name | None:
+    """The list `name` takes its values from, as the loop's header says: `state` in `for s in
+    state`, `losses` in `for i, (o, loss) in enumerate(zip(opt, losses))`."""
+    if isinstance(target, ast.Name):
+        return iterable if target.id == name and isinstance(iterable, ast.Name) else None
+    if not (isinstance(target, (ast.Tuple, ast.List)) and isinstance(iterable, ast.Call)
+            and isinstance(iterable.func, ast.Name) and not iterable.keywords):
+        return None
+    if iterable.func.id == "enumerate" and len(target.elts) == 2 and len(iterable.args) == 1:
+        return iterated_by(target.elts[1], iterable.args[0], name)
+    if iterable.func.id == "zip" and len(target.elts) == len(iterable.args):
+        return next((found for t, a in zip(target.elts, iterable.args)
+                     for found in [iterated_by(t, a, name)] if found is not None), None)
+    return None

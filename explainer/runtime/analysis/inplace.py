@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 import textwrap
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from ...fixes.edits import (
     node_start,
     statement_text,
 )
+from ...fixes.edits import replace as replace_node
 from ...model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
 from ...reading import source as src
 from .. import graph, naming
@@ -33,10 +35,12 @@ from .locate import (
     Located,
     callers_name,
     class_source,
+    element_of_iterated,
     locate,
     name_of,
     reaching,
     source_of_class,
+    step_row_in,
     through_plain_alias,
 )
 from .made_from import Scope, made_by_calling, runtime_value
@@ -81,7 +85,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     built_before.sort(key=lambda b: full.seq.get(id(b.value.grad_fn), 0))
     carrier = Candidate(built_before[0], "direct") if built_before else None
     if carrier is not None:
-        carrier.binding = callers_name(ctx, carrier.binding)
+        carrier.binding = callers_name(ctx, element_of_iterated(ctx, carrier.binding))
         frame = ctx.frames[carrier.binding.frame_index]
         row = frame.f_lineno if carrier.binding.frame_index else ctx.call.row if ctx.call else None
         carrier.located = through_plain_alias(ctx, locate(ctx, carrier.binding, row))
@@ -99,8 +103,10 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             located.source, located.scope, located.store, stepped_row, failing_here,
             f"Compute `{carrier.name}` after line {stepped_row}, which steps the optimizer: this backward then "
             f"goes through a graph built with the updated weights"))
-        culprits = ([culprit_at(name, built[0].source, built[0].location)] if built is not None else []) \
-            + [culprit(ctx, carrier)]
+        fixes.append(_drop_shared_term(ctx.frames[carrier.binding.frame_index].f_locals, located, stepped_row,
+                                       failing_here, step))
+        culprits = [culprit_at(name, built[0].source, built[0].location) if built is not None
+                    else culprit_at(name, located.source, _module_call_at(located, name)), culprit(ctx, carrier)]
         evidence = Evidence(name, made_at(ctx, built[0] if built is not None else located), ctx.backward_site(),
                             steps=(step_site,), advice="after-step",
                             facts=(("built", built[0].target_text if built is not None else carrier.name), ("manual", False),
@@ -108,15 +114,21 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         return finding("BX007", "run-step", "inplace-modified", evidence, culprits, fixes, "certain")
     if carrier is not None and carrier.located is not None and step is not None and failing is not None:
         located = carrier.located
+        step_row = step_row_in(located, step, failing)
+        stale = _made_stale(ctx, optimizer_parameters(steps))
+        if step_row is not None and step_row != step.row:  # the user's call of the wrapper that stepped
+            step_site = ctx.call_site(located.source.filename, step_row)
         recompute = recompute_forward.recompute_before_use(
-            located.source, located.scope, located.store, step.row, failing,
-            f"Recompute `{carrier.name}` after `{step_site.code}` (line {step.row}), so this "
-            f"backward goes through a graph built with the updated weights", upstream=ctx.made_history)
-        if recompute is None and step.row > failing.lineno:
+            located.source, located.scope, located.store, step_row, failing,
+            f"Recompute `{carrier.name}` after `{step_site.code}` (line {step_row}), so this "
+            f"backward goes through a graph built with the updated weights", upstream=stale) \
+            if step_row is not None else None
+        if recompute is None and step_row is not None and step_row > failing.lineno:
             recompute = recompute_forward.recompute_in_loop(
-                located.source, located.scope, located.store, step.row, failing)
-        step_stmt = src.statement_at(located.scope, step.row, step.column) if located.source is source else None
-        if recompute is None and step_stmt is not None and step.row > located.store.lineno:
+                located.source, located.scope, located.store, step_row, failing)
+        step_stmt = src.statement_at(located.scope, step_row, step.column if step_row == step.row else None) \
+            if located.source is source and step_row is not None else None
+        if recompute is None and step_stmt is not None and step_row is not None and step_row > located.store.lineno:
             recompute = recompute_forward.move_past_the_step(located.source, located.store, step_stmt)
         stale = _stale_reads(ctx, recompute, optimizer_parameters(steps)) if recompute is not None else []
         if stale:
@@ -126,10 +138,10 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             if all(m is not None and src.parent(m.stmt) is src.parent(located.store) for m in made):
                 others = " and ".join(dict.fromkeys(f"`{located.source.segment(m.target)}`" for m in made))
                 wider = recompute_forward.recompute_before_use(
-                    located.source, located.scope, located.store, step.row, failing,
+                    located.source, located.scope, located.store, step_row, failing,
                     f"Recompute `{carrier.name}`, and {others} that this loss reads too, after "
-                    f"`{step_site.code}` (line {step.row}): their models stepped, and this backward needs "
-                    f"graphs built with the updated weights", upstream=ctx.made_history, also=[m.stmt for m in made])
+                    f"`{step_site.code}` (line {step_row}): their models stepped, and this backward needs "
+                    f"graphs built with the updated weights", upstream=stale, also=[m.stmt for m in made])
                 if wider is not None and not _stale_reads(ctx, wider, optimizer_parameters(steps)):
                     recompute = wider
         if recompute is not None:
@@ -150,7 +162,8 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             # One objective, two players: each takes its gradient at the same weights.
             fixes.insert(0, after)
         else:
-            fixes.append(after or _reorder_step(source, scope, step, failing))
+            fixes.append(after or _reorder_step(source, scope, step, failing)
+                         or _step_after_the_loop(source, scope, step, failing))
         # Its own update first, the other way to order the updates: after a recompute (as
         # FiredUp's DDPG, toshikwa's SAC and Spinning Up do it), before it where none is offered.
         first = _own_update_first(ctx, source, located, steps, failing)
@@ -229,9 +242,8 @@ def _through_a_helper(ctx, carrier: Candidate | None, step: StepCall | None, par
         return None
     located, frame = carrier.located, ctx.frames[carrier.binding.frame_index]
     scope = located.scope
-    if located.source.filename != frame.f_code.co_filename or not hasattr(scope, "lineno") \
-            or scope.lineno <= step.row <= scope.end_lineno and step.filename == located.source.filename:
-        return None
+    if located.source.filename != frame.f_code.co_filename or step_row_in(located, step, None) is not None:
+        return None  # the step is the carrier's scope's own
     failing_here = src.innermost_statement(scope, frame.f_lineno)
     values = {**frame.f_globals, **frame.f_locals}
     start = Scope(located.source, scope, values.get("self"), values)
@@ -251,6 +263,56 @@ def _through_a_helper(ctx, carrier: Candidate | None, step: StepCall | None, par
         built = (Located(where.source, where.node, assignment.stmt, assignment.target,
                          where.source.segment(assignment.target), False), assignment)
     return stepped[-1].lineno, failing_here, built
+
+
+def _drop_shared_term(values: dict, located: Located, stepped_row: int, failing_here, step: StepCall) -> Fix | None:
+    """FQF's `update_params(self.fraction_optim, fraction_loss + entropy_loss, retain_graph=True)`,
+    then `update_params(self.quantile_optim, quantile_loss + entropy_loss)`: the term both losses
+    add goes through weights the first update stepped, and the rest of this loss through none of
+    them. Leaving it out of this loss is what the maintainers did; it changes what this update
+    trains (the term's gradient through the first model), so it is unsafe. `values`: the
+    caller's locals, where the terms are named."""
+    stepped_stmt = src.innermost_statement(located.scope, stepped_row)
+    ours, theirs = _summed_argument(failing_here), _summed_argument(stepped_stmt)
+    if ours is None or theirs is None or step.optimizer() is None:
+        return None
+    expression, terms = ours
+    shared = [t for t in terms if isinstance(t, ast.Name) and any(
+        isinstance(other, ast.Name) and other.id == t.id for other in theirs[1])]
+    changed = trained_by(step.optimizer())
+
+    def reaches_changed(term) -> bool:
+        value = values.get(term.id) if isinstance(term, ast.Name) else None
+        return isinstance(value, torch.Tensor) and bool(parameters_under(value.grad_fn) & changed)
+
+    kept = [t for t in terms if not any(t is d for d in shared)]
+    if len(shared) != 1 or not kept or not reaches_changed(shared[0]) or any(reaches_changed(t) for t in kept) \
+            or any(not isinstance(t, ast.Name) for t in kept):
+        return None
+    source = located.source
+    edit = replace_node(source, expression, " + ".join(source.segment(t) for t in kept))
+    return Fix(f"Leave `{shared[0].id}` out of `{source.segment(expression)}` (line {expression.lineno}): the "
+               f"update at line {stepped_row} already back-propagated it, in `{source.segment(theirs[0])}`, and its "
+               f"graph goes through the weights that update stepped (this changes what this update trains)",
+               (edit,), "unsafe")
+
+
+def _summed_argument(stmt) -> tuple[ast.expr, list[ast.expr]] | None:
+    """The one argument of the call `stmt` that is a sum (`quantile_loss + entropy_loss`), and
+    its terms."""
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    sums = [a for a in [*call.args, *(k.value for k in call.keywords)]
+            if isinstance(a, ast.BinOp) and isinstance(a.op, ast.Add)] if call is not None else []
+    if len(sums) != 1:
+        return None
+    terms, pending = [], [sums[0]]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            pending += [node.right, node.left]
+        else:
+            terms.append(node)
+    return sums[0], terms
 
 
 def _split_loss(ctx, source, scope, step: StepCall, failing) -> Fix | None:
@@ -301,6 +363,33 @@ def _split_loss(ctx, source, scope, step: StepCall, failing) -> Fix | None:
     return split_loss.split_backward(source, made.stmt, loss, first, second, *names, first_receiver, receiver)
 
 
+def _made_stale(ctx, stepped: set[int]):
+    """Which statements a recompute must run again with the carrier: those that made a tensor
+    whose graph holds weights the steps changed, or whose graph the previous backward freed;
+    not a generator's `fake = gen(z)` that the discriminator's backward saw detached (run
+    again, it would draw other samples)."""
+    previous = ctx.previous
+    previous_roots = [b.value.grad_fn for b in ctx.bound_roots(previous)] if previous is not None else []
+    freed = None
+
+    def stale(stmt: ast.stmt) -> bool:
+        nonlocal freed
+        targets = {src.canonical(t) for t in src.targets_of(stmt)}
+        made = [b.value.grad_fn for b in ctx.bindings() if b.expression in targets and b.value.grad_fn is not None]
+        if not made:
+            return False
+        if previous is None or not previous.retain_graph and not previous_roots:
+            return True  # nothing tells what the previous backward freed
+        if any(parameters_under(node) & stepped for node in made):
+            return True
+        if previous.retain_graph:
+            return False
+        if freed is None:
+            freed = set(graph.walk(previous_roots).nodes)
+        return any(id(node) in freed for node in made)
+    return stale
+
+
 def _recompute_reads_history(ctx, recompute: Fix) -> bool:
     """Whether the recomputed statements read a tensor with history that they do not make
     themselves (`total_loss = actor_loss + ...`): that graph still needs the retained one."""
@@ -340,15 +429,49 @@ def _reads_history(ctx, located: Located) -> bool:
 
 
 def _parameter_name(ctx, parameter) -> str | None:
+    """The parameter as the innermost frame names it, unless that name comes from an argument
+    of its function (`model` of `_optimize_step(self, losses, total_loss, model, opt)`): then
+    as the caller named what it passed (`self.model.generator.goal_init`)."""
     names = []
     for expression, module, index in naming.module_bindings(ctx.frames):
         for dotted, candidate in module.named_parameters():
             if candidate is parameter:
-                names.append((index, len(expression), naming.parameter_name(expression, dotted)))
+                names.append((_passed_in(ctx, index, expression), index, len(expression),
+                              naming.parameter_name(expression, dotted)))
     for binding in ctx.bindings():
         if binding.value is parameter:
-            names.append((binding.frame_index, 99, binding.expression))
-    return min(names)[2] if names else None
+            names.append((_passed_in(ctx, binding.frame_index, binding.expression), binding.frame_index, 99,
+                          binding.expression))
+    if not names:
+        return None
+    passed, index, _, name = min(names)
+    return _as_the_caller_names(ctx, index, name) if passed else name
+
+
+def _as_the_caller_names(ctx, index: int, expression: str) -> str:
+    """`model.manager.weight`, where `model` is an argument of frame `index`'s function: the
+    same path from the name a caller holds that object under (`self.model`), if one does."""
+    root = re.match(r"[A-Za-z_][A-Za-z_0-9]*", expression).group(0)
+    value = ctx.frames[index].f_locals.get(root)
+    for frame in ctx.frames[index + 1:]:
+        for name, held in list(frame.f_locals.items()):
+            if held is value:
+                return name + expression[len(root):]
+            if naming.is_user_object(held) and not isinstance(held, type):
+                held_by = {**vars(held), **(held._modules if isinstance(held, torch.nn.Module) else {})}
+                attribute = next((a for a, v in held_by.items() if v is value and not a.startswith("_")), None)
+                if attribute is not None:
+                    return f"{name}.{attribute}{expression[len(root):]}"
+    return expression
+
+
+def _passed_in(ctx, index: int, expression: str) -> bool:
+    """Whether `expression` starts at an argument of frame `index`'s function other than `self`,
+    with a caller's frame above it."""
+    code = ctx.frames[index].f_code
+    root = expression.split(".")[0].split("[")[0]
+    return index + 1 < len(ctx.frames) and root not in ("self", "cls") \
+        and root in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
 
 
 _SAVED_BY_TYPE: dict[type, tuple[str, ...]] = {}
@@ -379,6 +502,19 @@ def _failing_saved(walk: graph.Walk) -> tuple[int | None, str | None]:
     return None, None
 
 
+def _intact_storages(node) -> set[int]:
+    """The storages of the tensors `node` saved that still pass the version check."""
+    intact = set()
+    for attribute in _saved_attributes(node):
+        try:
+            value = getattr(node, attribute)
+        except Exception:
+            continue
+        if isinstance(value, torch.Tensor):
+            intact.add(value.untyped_storage().data_ptr())
+    return intact
+
+
 def _modified_parameter(walk: graph.Walk, failing_key: int | None, detail: InplaceDetail | None):
     numel = math.prod(detail.shape) if detail else None
 
@@ -390,7 +526,14 @@ def _modified_parameter(walk: graph.Walk, failing_key: int | None, detail: Inpla
         return variable._version == detail.version and variable.numel() == numel
 
     if failing_key is not None:
-        return next((v for v in graph.input_leaves(walk.nodes[failing_key]) if matches(v)), None)
+        node = walk.nodes[failing_key]
+        found = [v for v in graph.input_leaves(node) if matches(v)]
+        if len(found) > 1:
+            # Both of `mm`'s inputs are [4, 8] at version 1 (one set so by its init): the one
+            # whose saved tensor still reads back was not changed since.
+            intact = _intact_storages(node)
+            found = [v for v in found if v.untyped_storage().data_ptr() not in intact] or found
+        return found[0] if found else None
     for node in walk.nodes.values():
         if graph.is_leaf(node) and matches(graph.leaf_variable(node)):
             return graph.leaf_variable(node)
@@ -419,6 +562,30 @@ def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
     edits = (delete_lines(source, step_stmt), insert_lines_after(source, failing, statement_text(source, step_stmt)))
     return Fix(f"Move `{source.segment(step_stmt)}` after this backward, the last one that needs the "
                f"old weights (changes which gradients that step sees)", edits, "unsafe")
+
+
+def _step_after_the_loop(source, scope, step: StepCall, failing) -> Fix | None:
+    """TextBox's `for i, (o, loss) in enumerate(zip(opt, losses)): o.zero_grad();
+    loss.backward(retain_graph=...); o.step()`: the step of one pass changed weights the next
+    loss's graph holds. Each optimizer steps after the loop instead, once every loss is
+    back-propagated (`for o in opt: o.step()`), as TextBox did: it changes which gradients each
+    step sees, so it is unsafe."""
+    if source is None or failing is None or step.filename != source.filename:
+        return None
+    step_stmt = src.statement_at(scope, step.row, step.column)
+    loop = next(iter(reversed(src.loops_around(failing))), None)
+    optimizer = src.call_receiver(step_stmt, "step") if isinstance(step_stmt, ast.Expr) else None
+    if loop is None or not isinstance(loop, ast.For) or not isinstance(optimizer, ast.Name) or loop.orelse \
+            or not loop.body or loop.body[-1] is not step_stmt or failing.lineno >= step_stmt.lineno:
+        return None
+    optimizers = src.iterated_by(loop.target, loop.iter, optimizer.id)
+    if optimizers is None:
+        return None
+    stepping = [f"for {optimizer.id} in {optimizers.id}:", *("    " + line for line in statement_text(source, step_stmt))]
+    return Fix(f"Step the optimizers after the loop, once every loss is back-propagated: move "
+               f"`{source.segment(step_stmt)}` (line {step_stmt.lineno}) into `for {optimizer.id} in "
+               f"{optimizers.id}` after it (changes which gradients each step sees)",
+               (delete_lines(source, step_stmt), insert_lines_after(source, loop, stepping)), "unsafe")
 
 
 def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | None:

@@ -82,6 +82,12 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
     found = _pick(ctx, source, scope, src.assignments(scope, expression), expression, before_row, from_last_iteration)
     if found is None and scope is not source.tree:
         found = _pick(ctx, source, source.tree, src.assignments(source.tree, expression), expression, None)
+    in_class = src.enclosing_class(scope) if expression.startswith("self.") else None
+    if found is None and in_class is not None:
+        # `self.net.latent_avg = decoder.mean_latent(n)` in `Coach.__init__`, read by a method of
+        # Coach's: the class of the running method made it, not the class of its holder.
+        made = _made_in(in_class, expression)
+        found = _best_in_class(source, in_class, expression, made) if made else None
     if found is None and binding.steps and binding.steps[-1][0] == "attr" and binding.owner is not None:
         found = _locate_attribute(binding.owner, binding.steps[-1][1])
     key = binding.steps[-1][1] if binding.steps and binding.steps[-1][0] == "item" else None
@@ -135,7 +141,7 @@ def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Locat
     if class_node is None:
         return None
     expression = f"self.{attribute}"
-    found = src.assignments(class_node, expression, deep=True) + src.item_assignments(class_node, expression, deep=True)
+    found = _made_in(class_node, expression)
     if all(cuts_history(a.value) for a in found if a.value is not None):
         # `self.v = self.v.detach()` carries nothing: the state is made where a base class
         # assigns it (spikingjelly's OTTTLIFNode cuts `v`, LIFNode's `neuronal_reset` makes it).
@@ -144,7 +150,19 @@ def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Locat
             source, class_node, found = inherited
     if not found:
         return None if must_assign else _stored_by_name(source, class_node, attribute)
+    return _best_in_class(source, class_node, expression, found)
 
+
+def _made_in(class_node: ast.ClassDef, expression: str) -> list[src.Assignment]:
+    """The assignments in `class_node`'s methods that can give `expression` a tensor: not
+    `self.latent_avg = None`, which only declares it."""
+    found = src.assignments(class_node, expression, deep=True) + src.item_assignments(class_node, expression, deep=True)
+    return [a for a in found if not isinstance(a.value, ast.Constant)]
+
+
+def _best_in_class(source, class_node: ast.ClassDef, expression: str, found: list[src.Assignment]) -> Located:
+    """Of the assignments to `expression` in `class_node`, the one that carries it (made from
+    its old value) or else the last outside `__init__`."""
     def carried(assignment) -> bool:
         method = src.enclosing_function(assignment.stmt)
         if from_old_value(assignment, src.canonical(assignment.target), method or class_node):
@@ -250,7 +268,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
                  and (previous.filename, previous.row) == (ctx.call.filename, ctx.call.row))
     before_row = ctx.call.row if ctx.call else None
     for candidate in direct + stored:
-        candidate.binding = _element_of_iterated(ctx, callers_name(ctx, candidate.binding))
+        candidate.binding = element_of_iterated(ctx, callers_name(ctx, candidate.binding))
         candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
         _follow_container_alias(candidate)
         if candidate.located is not None and isinstance(candidate.located.store, ast.Call):
@@ -307,20 +325,23 @@ def _replaced_this_pass(binding: naming.Binding, current: graph.Walk, key: int, 
 def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
     """A parameter of a helper (`phiReal` in `GDPPLoss(phiFake, phiReal)`) is the caller's
     variable, passed down (`GDPPLoss(phiDReal, phiGFake)`): the nearest caller's frame that binds
-    the same tensor to a name of its own gives the name the user made it under."""
-    if binding.steps:
+    the same tensor (or the same list, for an element of one) to a name of its own gives the
+    name the user made it under."""
+    frame = ctx.frames[binding.frame_index]
+    code = frame.f_code
+    if binding.base not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] \
+            or binding.steps and not binding.in_sequence or binding.base in ("self", "cls"):
         return binding
-    code = ctx.frames[binding.frame_index].f_code
-    if binding.base not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
-        return binding
+    # `losses[1]`, an element of the list the caller passed (`self._optimize_step(losses, ...)`).
+    passed = frame.f_locals.get(binding.base) if binding.steps else binding.value
     for index in range(binding.frame_index + 1, len(ctx.frames)):
         for name, value in list(ctx.frames[index].f_locals.items()):
-            if value is binding.value:
-                return naming.Binding(index, name, (), value, None)
+            if value is passed:
+                return naming.Binding(index, name, binding.steps, binding.value, None)
     return binding
 
 
-def _element_of_iterated(ctx: Context, binding: naming.Binding) -> naming.Binding:
+def element_of_iterated(ctx: Context, binding: naming.Binding) -> naming.Binding:
     """`s` of `for s in state: s.detach()` names an element of `state`, the LSTM's (h, c) the loop
     carries: the element of the container the frame also holds it in (`state[1]`), or, where
     `state` has been given a new value since, the element the loop left `s` at (its last)."""
@@ -331,16 +352,16 @@ def _element_of_iterated(ctx: Context, binding: naming.Binding) -> naming.Bindin
     if scope is None:
         return binding
     for node in src.own_nodes(scope):
-        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == binding.base \
-                and isinstance(node.iter, ast.Name):
-            held = frame.f_locals.get(node.iter.id, frame.f_globals.get(node.iter.id))
+        iterated = src.iterated_by(node.target, node.iter, binding.base) if isinstance(node, ast.For) else None
+        if iterated is not None:
+            held = frame.f_locals.get(iterated.id, frame.f_globals.get(iterated.id))
             if not isinstance(held, (list, tuple)) or not held:
                 continue
             index = next((i for i, item in enumerate(held) if item is binding.value), None)
-            if index is None and any(a.stmt.lineno > node.end_lineno for a in src.assignments(scope, node.iter.id)):
+            if index is None and any(a.stmt.lineno > node.end_lineno for a in src.assignments(scope, iterated.id)):
                 index = len(held) - 1  # re-bound after the loop (`y_hat, state = net(X, state)`)
             if index is not None:
-                return naming.Binding(binding.frame_index, node.iter.id, (("item", index),), binding.value, None)
+                return naming.Binding(binding.frame_index, iterated.id, (("item", index),), binding.value, None)
     return binding
 
 
@@ -636,3 +657,28 @@ def self_referencing(assignment: src.Assignment, expression: str) -> bool:
         return True
     value = src.value_of(assignment.stmt)
     return value is not None and bool(src.reads(value, expression))
+
+
+def step_row_in(located: Located, step, failing: ast.stmt | None) -> int | None:
+    """The row of `located`'s scope at which `step` changed the weights: the step's own where
+    that scope runs it; else, where a wrapper of the user's stepped (StyleTTS2's
+    `MultiOptimizer.step(key)` runs `self.optimizers[key].step()`), the one statement of the
+    scope between the carrier's and the failing one that calls a `step`; None where no row of
+    the scope tells (a helper that steps under another name: nf-soft-mining's
+    `update_every_n_steps(...)`)."""
+    scope = located.scope
+    if step.filename != located.source.filename:
+        return None
+    if scope is located.source.tree:
+        own = src.enclosing_function(src.innermost_statement(scope, step.row)) is None \
+            and src.enclosing_class(src.innermost_statement(scope, step.row)) is None
+    else:
+        own = scope.lineno <= step.row <= scope.end_lineno
+    if own:
+        return step.row
+    if failing is None or not src.inside(failing, scope) and failing is not scope:
+        return None
+    calls = {id(stmt): stmt for stmt in src.own_nodes(scope) if isinstance(stmt, ast.Expr)
+             and located.store.lineno < stmt.lineno < failing.lineno and src.call_named(stmt, "step") is not None}
+    return next(iter(calls.values())).lineno if len(calls) == 1 else None
+

@@ -26,9 +26,14 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
     located, name = candidate.located, candidate.name
     if located is not None and located.in_init and located.class_node is not None \
             and isinstance(candidate.binding.owner, torch.nn.Module):
-        fix = move_into_loop.inline_attribute(located.source, located.class_node, located.store, located.target_text)
+        # Made from weights no optimizer trains (`latent_avg` from a frozen decoder): a constant,
+        # which recomputing in each forward would only make slower (and, drawn at random, different).
+        untrained = _untrained_leaves(ctx, candidate)
+        fixes = [constant_data.detach_data(located.source, located.store, name, untrained)] if untrained else []
+        fixes.append(move_into_loop.inline_attribute(located.source, located.class_node, located.store,
+                                                     located.target_text))
         return finding("BX004", "run-init", "second-backward", freed_graph(ctx, name, located, previous, "grows"),
-                       [culprit(ctx, candidate)], [fix])
+                       [culprit(ctx, candidate)], fixes)
     owner = repeating_owner(ctx, located, failing, source)
     if owner is None:
         return None

@@ -87,7 +87,7 @@ def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, cur
     source, scope, failing = ctx.failing_statement()
     if candidate.relation == "direct" and _fed_back_in_a_loop(candidate.located):
         candidate.relation = "carried"
-    elif candidate.relation == "direct" and _memo(candidate.located):
+    elif candidate.relation == "direct" and (_memo(candidate.located) or _read_then_replaced(candidate.located)):
         candidate.relation = "stored"  # kept between calls, and read back where it is set
     if candidate.relation == "carried":
         return explain_carried(ctx, candidate, previous, failing, others)
@@ -104,6 +104,18 @@ def _memo(located: Located | None) -> bool:
     """`self.cached = out` in a method that returns `self.cached` where it is not None."""
     return located is not None and located.class_node is not None and isinstance(located.store, ast.Assign) \
         and stop_caching.stop_caching(located.source, located.class_node, located.store, located.target_text) is not None
+
+
+def _read_then_replaced(located: Located | None) -> bool:
+    """`self.mean_cache` handed to a helper as `precomputed_cache=self.mean_cache`, then
+    `self.mean_cache = mean_cache` in the same method (not `__init__`): state the object keeps
+    from one call to the next, read back by the method that replaces it."""
+    if located is None or located.class_node is None or not isinstance(located.store, ast.Assign) \
+            or not located.target_text.startswith("self."):
+        return False
+    method = src.enclosing_function(located.store)
+    return method is not None and method.name != "__init__" \
+        and any(read.lineno < located.store.lineno for read in src.reads(method, located.target_text))
 
 
 def _fed_back_in_a_loop(located: Located | None) -> bool:

@@ -3,6 +3,7 @@ trunk, an actor's advantage; or the same loss back-propagated twice."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 
 import torch
 
@@ -21,7 +22,7 @@ from .. import naming
 from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
-from .locate import Candidate, Located, class_source
+from .locate import Candidate, Located, class_source, step_row_in
 from .made_from import live_scope, made_from
 from .trained import optimizer_parameters, parameters_under, trained_by
 
@@ -61,7 +62,7 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
         fixes.append(detach)
         if first_update:
             advice = "first-update"
-        if _runs_in(located, last_step):
+        if step_row_in(located, last_step, None) is not None:
             fixes.append(recompute_forward.recompute_before_use(
                 located.source, located.scope, located.store, last_step.row, failing,
                 f"Recompute `{name}` after `{ctx.call_site(last_step.filename, last_step.row, last_step.column).code}`"
@@ -84,16 +85,6 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
         advice = "sum-losses"
     return finding("BX006", "run-shared", "second-backward", freed_graph(ctx, name, located, previous, advice),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
-
-
-def _runs_in(located: Located, step) -> bool:
-    """Whether the step's line is one of the carrier's own scope: a step in a helper it calls
-    (nf-soft-mining's estimator steps inside `update_every_n_steps(...)`) has no row there to
-    recompute after."""
-    scope = located.scope
-    return step.filename == located.source.filename and (
-        scope is located.source.tree and src.enclosing_function(src.innermost_statement(scope, step.row)) is None
-        or scope is not located.source.tree and scope.lineno <= step.row <= scope.end_lineno)
 
 
 def where_they_meet(ctx: Context, candidate: Candidate, previous: BackwardCall) -> Located | None:
@@ -129,14 +120,62 @@ def where_they_meet(ctx: Context, candidate: Candidate, previous: BackwardCall) 
 def same_tensor_twice(ctx: Context, previous: BackwardCall) -> Finding | None:
     """The same loss back-propagated twice (`loss.backward()` in a helper, then again by its
     caller): the second call is the bug, not the freed graph."""
-    source, _, failing = ctx.failing_statement()
+    source, scope, failing = ctx.failing_statement()
     receiver = src.call_receiver(failing, "backward") if failing is not None else None
     if receiver is None:
         return None
+    source, scope, failing, receiver = _callers_call(ctx, source, scope, failing, receiver)
     name = source.segment(receiver)
+    # Where the name got the tensor: `loss *= 0` writes into it, it does not make it.
+    made = next((a for a in reversed(src.assignments(scope, name)) if a.stmt.lineno < failing.lineno
+                 and not isinstance(a.stmt, ast.AugAssign)), None) if isinstance(receiver, ast.Name) else None
+    where = node_start(source, made.target if made is not None else failing)
+    evidence = dataclasses.replace(freed_graph(ctx, name, None, previous, "twice"),
+                                   backward=ctx.call_site(source.filename, failing.lineno))
     fix = remove_statement.remove_call(source, failing, receiver)
-    return finding("BX006", "run-twice", "second-backward", freed_graph(ctx, name, None, previous, "twice"),
-                   [culprit_at(name, source, node_start(source, failing))], [fix])
+    return finding("BX006", "run-twice", "second-backward", evidence, [culprit_at(name, source, where)], [fix])
+
+
+def _callers_call(ctx: Context, source, scope, failing, receiver):
+    """(source, scope, statement, receiver) of the call that back-propagates the tensor again,
+    as the user's code says it: a wrapper's `loss.backward()` on its parameter `loss` (fairseq's
+    `optimizer.backward(loss)`) is the caller's call, `optimizer.backward(loss)` with its
+    argument, since every other caller of the wrapper needs its body."""
+    frames = ctx.frames
+    for index in range(len(frames) - 1):
+        frame, outer = frames[index], frames[index + 1]
+        function = scope if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if function is None or frame.f_code.co_filename != source.filename or not isinstance(receiver, ast.Name) \
+                or frame.f_code.co_name != function.name:
+            break
+        outer_source, outer_scope = ctx.frame_source(outer)
+        outer_stmt = src.innermost_statement(outer_scope, outer.f_lineno) if outer_source is not None else None
+        argument = _argument_for(function, receiver.id, outer_stmt)
+        if argument is None:
+            break
+        source, scope, failing, receiver = outer_source, outer_scope, outer_stmt, argument
+    return source, scope, failing, receiver
+
+
+def _argument_for(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str, stmt) -> ast.expr | None:
+    """What the one call of `function` in `stmt` passes for `parameter` (a method's `self`
+    counted), when `stmt` is only that call."""
+    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+        return None
+    call = stmt.value
+    called = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+    if called != function.name:
+        return None
+    names = [a.arg for a in function.args.posonlyargs + function.args.args]
+    if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+        names = names[1:]
+    keyword = next((k.value for k in call.keywords if k.arg == parameter), None)
+    if keyword is not None:
+        return keyword
+    position = names.index(parameter) if parameter in names else None
+    if position is None or position >= len(call.args) or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    return call.args[position]
 
 
 def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, between, last_step, failing, source):

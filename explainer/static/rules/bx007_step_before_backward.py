@@ -95,9 +95,8 @@ def _reads_history_it_does_not_make(scope, stale: Ancestor, step: Step, backward
     plan = recompute_forward.recomputed(scope, stale.stmt, step.line, backward.statement, _made_history(scope))
     if plan is None:
         return False
-    kept, _ = plan
     made: set[str] = set()
-    for stmt in kept:
+    for stmt in recompute_forward.copied_assignments(plan):
         reads = [n for n in ast.walk(src.value_of(stmt)) if isinstance(n, ast.Name) and n.id not in made]
         if any(has_history(n, scope, stmt.lineno) for n in reads):
             return True
