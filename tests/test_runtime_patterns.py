@@ -953,6 +953,43 @@ PATTERNS = {
             loss.backward()
             optimizer.step()
     """),
+    # pykeen's CompGCN: an evaluation under no_grad fills the module's kept representations,
+    # which training then reads back.
+    "a module's kept value filled by an evaluation under no_grad": ("no-grad", "self.enriched", """
+        import torch
+
+
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embedding = torch.nn.Embedding(6, 4)
+                self.enriched = None
+
+            def forward(self):
+                if self.enriched is None:
+                    self.enriched = torch.tanh(self.embedding.weight)  # culprit
+                return self.enriched
+
+
+        def evaluate(model):
+            model.eval()
+            with torch.no_grad():
+                return model()[0].sum().item()
+
+
+        model = Encoder()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(2):
+            model.train()
+            for _ in range(2):
+                optimizer.zero_grad()
+                scores = model()[torch.tensor([1, 2])]
+                loss = scores.pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                model.enriched = None
+            evaluate(model)
+    """),
 }
 
 
@@ -1316,6 +1353,10 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     ("a term both updates add to their losses", "unsafe", "update_params(quantile_optim, quantile_loss)", ""),
     ("every optimizer steps in the loop over the losses", "unsafe",
      "            loss.backward(retain_graph=i < len(opt) - 1)\n        for o in opt:\n            o.step()", ""),
+    # The module forgets what the evaluation kept when it goes back to training.
+    ("a module's kept value filled by an evaluation under no_grad", "safe",
+     "    def train(self, mode=True):\n        if mode:\n            self.enriched = None\n"
+     "        return super().train(mode)\n", ""),
     # The state stored for the next call goes without history; this call's value keeps it.
     ("a cache handed to a helper and replaced by what it returns", "unsafe", "self.cache = cache.detach()", ""),
 ])

@@ -26,6 +26,20 @@ TWINS = [s for s in EVERY if s.fixed is not None]
 # Real-world cases the engine does not yet get right, each with what goes wrong today. Strict:
 # a case that starts passing fails here until it leaves this list.
 NOT_YET: dict[str, str] = {
+    "real/anomaly_prediction_d_step_before_g_backward": "every fix offered steps each optimizer with its own loss's "
+                                                        "gradients; the twin steps both after both backwards, "
+                                                        "so the generator's loss also reaches the discriminator's",
+    "real/gpytorch_exact_gp_mean_cache": "fixes[0] stores the cache detached, as the twin does, but unsafe: "
+                                         "nothing proves the stored cache is not read again in the step that "
+                                         "stores it",
+    "real/styletts2_slm_disc_step_before_gen": "named `wl.wd.conv_post.weight` at the user's call (line 191), not "
+                                               "`model.wd` where WavLMLoss.generator calls it (114); fixes[0] "
+                                               "recomputes after the discriminator's step, the twin updates the "
+                                               "generator first",
+    "real/textbox_leakgan_manager_step_before_worker": "fixes[0] steps after the loop, as the twin, and says "
+                                                       "unsafe (the manager's step then also applies the worker "
+                                                       "loss's gradient); the harness compares gradients at the "
+                                                       "first backward, which the twin leaves alone",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "

@@ -53,6 +53,12 @@ loss.backward()""",
             "{backward.row}) has no graph to go through.",
             "`{carrier}` was computed with autograd off: `{switch}` ({switched_at}) left it off.",
             ("computed with autograd off, left off by `{switch}`",)),
+        "run-kept-without-grad": Message(
+            "`{carrier}` keeps what `{method}` computed the last time it was empty (line {made_at.row}), and "
+            "autograd was off then: it has no grad_fn, though the parameters of `{module}` train, and `{method}` returns it as long "
+            "as it is set, so the loss built from it has nothing to back-propagate (line {backward.row}).",
+            "`{carrier}` was kept from a call that ran with autograd off.",
+            ("kept from a call with autograd off",)),
         "run-decorated": Message(
             "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
             "{decorator_row}), so it has no grad_fn and there is nothing to back-propagate (line {backward.row}).",

@@ -159,18 +159,23 @@ def _inputs(where: Scope, assignment: src.Assignment, follow):
     value = src.value_of(assignment.stmt)
     if value is None:
         return
-    if isinstance(value, ast.Call):
-        callee = _callee(where, value)
+    # `x = self.combined()[self.position]`: an element of what the call returns.
+    call = value.value if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Call) else value
+    if isinstance(call, ast.Call):
+        callee = _callee(where, call)
         if callee is not None:
-            callee = Scope(callee.source, callee.node, callee.owner, called_from=(where, value))
-            element = _element(assignment)
+            callee = Scope(callee.source, callee.node, callee.owner, called_from=(where, call))
+            element = _element(assignment) if call is value else None
             for returned in (n for n in ast.walk(callee.node) if isinstance(n, ast.Return) and n.value is not None):
                 if src.enclosing_function(returned) is not callee.node:
                     continue
                 result = returned.value
                 if element is not None and isinstance(result, ast.Tuple) and element < len(result.elts):
                     result = result.elts[element]
-                for name in sorted(src.names_read(result)):
+                # `return self.enriched_representations`: what the object keeps is followed too.
+                kept = {src.canonical(n) for n in ast.walk(result) if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Name) and n.value.id == "self"}
+                for name in sorted(src.names_read(result)) + sorted(kept):
                     yield callee, name, returned.lineno + 1
             return
     for node in ast.walk(value):

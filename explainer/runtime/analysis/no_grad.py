@@ -8,11 +8,12 @@ import ast
 
 import torch
 
-from ...fixes import undo_cut
+from ...fixes import forget_on_train, undo_cut
 from ...fixes.edits import node_start
 from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
 from ...reading.training import called_without_graph, no_grad_block, no_grad_decorator, switches_grad_off
+from .. import naming
 from .context import Context
 from .evidence import culprit_at, finding
 from .made_from import Scope, made_from, passed_in, runtime_value
@@ -54,9 +55,47 @@ def explain_no_grad(ctx: Context) -> Finding | None:
                            if isinstance(call, ast.Call) and _trains(runtime_value(where, call.func))), None)
             if module is not None:
                 trained = (where, assignment, module)
-    if trained is not None:
-        return _grad_off(ctx, *trained)
-    return _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None)
+    found = _grad_off(ctx, *trained) if trained is not None else None
+    return found or _kept_without_grad(ctx, source, made) or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None)
+
+
+def _kept_without_grad(ctx: Context, source, made) -> Finding | None:
+    """pykeen's CompGCN: `if self.enriched_representations is None: ...; self.enriched_representations
+    = (x_e, x_r)`, then `return self.enriched_representations`. An evaluation under no_grad filled
+    it, and training reads it back: a module's kept value, computed from its parameters, with no
+    graph while they train. The module drops it when it goes back to training, where the loop
+    calls `train()`."""
+    for where, assignment in made:
+        target, owner = assignment.target, where.owner
+        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+                and isinstance(owner, torch.nn.Module) and _filled_where_empty(assignment.stmt, target)):
+            continue
+        value = naming.stored_attribute(owner, target.attr)
+        tensors = list(value) if isinstance(value, (tuple, list)) else [value]
+        if not tensors or not all(isinstance(t, torch.Tensor) and t.grad_fn is None and not t.requires_grad
+                                  for t in tensors) or not any(p.requires_grad for p in owner.parameters()):
+            continue
+        method = src.enclosing_function(assignment.stmt)
+        class_node = src.enclosing_class(assignment.stmt)
+        name = where.source.segment(target)
+        trains_again = any(src.calls_named(source.tree, "train"))
+        fix = forget_on_train.forget_when_training(where.source, class_node, name) \
+            if class_node is not None and trains_again else None
+        evidence = Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
+                            facts=(("method", f"{class_node.name}.{method.name}" if class_node and method else name),
+                                   ("module", type(owner).__name__)))
+        return finding("BX009", "run-kept-without-grad", "no-grad", evidence, [_assigned(where.source, assignment)],
+                       [fix])
+    return None
+
+
+def _filled_where_empty(stmt: ast.stmt, target: ast.Attribute) -> bool:
+    """`stmt` runs only under `if self.x is None:`."""
+    expression = src.canonical(target)
+    return any(isinstance(a, ast.If) and isinstance(a.test, ast.Compare) and len(a.test.ops) == 1
+               and isinstance(a.test.ops[0], ast.Is) and src.canonical(a.test.left) == expression
+               and isinstance(a.test.comparators[0], ast.Constant) and a.test.comparators[0].value is None
+               and any(stmt is s or src.inside(stmt, s) for s in a.body) for a in src.ancestors(stmt))
 
 
 def _argument(call: ast.Call | None, index: int, names: tuple[str, ...]) -> ast.expr | None:
