@@ -14,6 +14,7 @@ from ..model import Finding
 from ..reading import source as src
 from ..reading.training import helper_called
 from . import analysis, graph, journal, naming, records
+from .analysis import locate
 from .analysis.made_from import argument_for
 from .errors import kind_of
 from .records import BackwardCall, StepCall
@@ -126,6 +127,7 @@ def _in_helpers(stmt, frame, scope) -> list:
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
         helper = helper_called(call, scope)
         if helper is None:
+            found.extend(_returned_after_backward(stmt, call, frame))
             continue
         for inner in sorted(src.calls_named(helper, "backward", "step"), key=lambda c: (c.lineno, c.col_offset)):
             receiver = inner.func.value if isinstance(inner.func, ast.Attribute) else None
@@ -134,6 +136,42 @@ def _in_helpers(stmt, frame, scope) -> list:
             if inner.func.attr == "backward" and isinstance(value, torch.Tensor) and value.grad_fn is not None \
                     or inner.func.attr == "step" and hasattr(value, "param_groups"):
                 found.append((inner, value))
+    return found
+
+
+def _returned_after_backward(stmt, call: ast.Call, frame) -> list:
+    """(call, tensor) where `call` runs a method of an object of the user's, in this file, that
+    back-propagates a loss of its own and returns it (R-Drop's `loss, size, log =
+    criterion.forward_reg(model, sample, optimizer, ...)`, whose `optimizer.backward(loss)` ran
+    before it returned `loss, ...`): the tensor `stmt` bound from it."""
+    func = call.func
+    owner = frame.f_locals.get(func.value.id) if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+        else None
+    if owner is None or not naming.is_user_object(owner):
+        return []
+    source, class_node = locate.source_of_class(type(owner))
+    method = next((m for m in class_node.body if isinstance(m, ast.FunctionDef) and m.name == func.attr), None) \
+        if class_node is not None and source.filename == frame.f_code.co_filename else None
+    if method is None or src.value_of(stmt) is not call:
+        return []
+    found = []
+    for inner in src.calls_named(method, "backward"):
+        loss = inner.func.value if isinstance(inner.func, ast.Attribute) and not inner.args else \
+            inner.args[0] if len(inner.args) == 1 else None
+        if not isinstance(loss, ast.Name):
+            continue
+        for returned in (n for n in ast.walk(method) if isinstance(n, ast.Return) and n.value is not None):
+            values = returned.value.elts if isinstance(returned.value, ast.Tuple) else [returned.value]
+            index = next((i for i, v in enumerate(values) if isinstance(v, ast.Name) and v.id == loss.id), None)
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+            if isinstance(target, ast.Tuple) and index is not None and index < len(target.elts):
+                target = target.elts[index]
+            elif isinstance(returned.value, ast.Tuple):
+                target = None
+            value = frame.f_locals.get(target.id) if index is not None and isinstance(target, ast.Name) else None
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                found.append((inner, value))
+                break
     return found
 
 

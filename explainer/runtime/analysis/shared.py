@@ -23,7 +23,7 @@ from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate, Located, class_source, step_row_in
-from .made_from import live_scope, made_from
+from .made_from import argument_for, live_scope, made_from
 from .trained import optimizer_parameters, parameters_under, trained_by
 
 # A few more tensors shared the same way (peers' outputs); each costs a walk of its graph.
@@ -136,6 +136,14 @@ def same_tensor_twice(ctx: Context, previous: BackwardCall) -> Finding | None:
     return finding("BX006", "run-twice", "second-backward", evidence, [culprit_at(name, source, where)], [fix])
 
 
+def _argument_of(function, parameter: str, stmt) -> ast.expr | None:
+    """What `stmt`, when it is only a call of `function`, passes for `parameter`."""
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    called = call.func.attr if call is not None and isinstance(call.func, ast.Attribute) \
+        else getattr(call.func, "id", None) if call is not None else None
+    return argument_for(function, call, parameter) if called == function.name else None
+
+
 def _callers_call(ctx: Context, source, scope, failing, receiver):
     """(source, scope, statement, receiver) of the call that back-propagates the tensor again,
     as the user's code says it: a wrapper's `loss.backward()` on its parameter `loss` (fairseq's
@@ -150,32 +158,11 @@ def _callers_call(ctx: Context, source, scope, failing, receiver):
             break
         outer_source, outer_scope = ctx.frame_source(outer)
         outer_stmt = src.innermost_statement(outer_scope, outer.f_lineno) if outer_source is not None else None
-        argument = _argument_for(function, receiver.id, outer_stmt)
+        argument = _argument_of(function, receiver.id, outer_stmt)
         if argument is None:
             break
         source, scope, failing, receiver = outer_source, outer_scope, outer_stmt, argument
     return source, scope, failing, receiver
-
-
-def _argument_for(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str, stmt) -> ast.expr | None:
-    """What the one call of `function` in `stmt` passes for `parameter` (a method's `self`
-    counted), when `stmt` is only that call."""
-    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
-        return None
-    call = stmt.value
-    called = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
-    if called != function.name:
-        return None
-    names = [a.arg for a in function.args.posonlyargs + function.args.args]
-    if names and names[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
-        names = names[1:]
-    keyword = next((k.value for k in call.keywords if k.arg == parameter), None)
-    if keyword is not None:
-        return keyword
-    position = names.index(parameter) if parameter in names else None
-    if position is None or position >= len(call.args) or any(isinstance(a, ast.Starred) for a in call.args):
-        return None
-    return call.args[position]
 
 
 def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, between, last_step, failing, source):
