@@ -115,13 +115,13 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     if carrier is not None and carrier.located is not None and step is not None and failing is not None:
         located = carrier.located
         step_row = step_row_in(located, step, failing)
-        stale = _made_stale(ctx, optimizer_parameters(steps))
+        needed_again = _made_stale(ctx, optimizer_parameters(steps))
         if step_row is not None and step_row != step.row:  # the user's call of the wrapper that stepped
             step_site = ctx.call_site(located.source.filename, step_row)
         recompute = recompute_forward.recompute_before_use(
             located.source, located.scope, located.store, step_row, failing,
             f"Recompute `{carrier.name}` after `{step_site.code}` (line {step_row}), so this "
-            f"backward goes through a graph built with the updated weights", upstream=stale) \
+            f"backward goes through a graph built with the updated weights", upstream=needed_again) \
             if step_row is not None else None
         if recompute is None and step_row is not None and step_row > failing.lineno:
             recompute = recompute_forward.recompute_in_loop(
@@ -141,7 +141,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                     located.source, located.scope, located.store, step_row, failing,
                     f"Recompute `{carrier.name}`, and {others} that this loss reads too, after "
                     f"`{step_site.code}` (line {step_row}): their models stepped, and this backward needs "
-                    f"graphs built with the updated weights", upstream=stale, also=[m.stmt for m in made])
+                    f"graphs built with the updated weights", upstream=needed_again, also=[m.stmt for m in made])
                 if wider is not None and not _stale_reads(ctx, wider, optimizer_parameters(steps)):
                     recompute = wider
         if recompute is not None:

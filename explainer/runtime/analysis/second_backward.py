@@ -114,8 +114,13 @@ def _read_then_replaced(located: Located | None) -> bool:
             or not located.target_text.startswith("self."):
         return False
     method = src.enclosing_function(located.store)
-    return method is not None and method.name != "__init__" \
-        and any(read.lineno < located.store.lineno for read in src.reads(method, located.target_text))
+    if method is None or method.name == "__init__":
+        return False
+    # A read after an assignment in the same call reads that call's value (ShiftNet's
+    # `self.pred_fake = self.netD(...)`, then `torch.mean(self.pred_fake)`), not the last call's.
+    first_set = min((a.stmt.lineno for a in src.assignments(method, located.target_text)), default=None)
+    return any(read.lineno < located.store.lineno and (first_set is None or read.lineno <= first_set)
+               for read in src.reads(method, located.target_text))
 
 
 def _fed_back_in_a_loop(located: Located | None) -> bool:
