@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import math
-import re
 import textwrap
 from dataclasses import replace
 
@@ -451,8 +450,10 @@ def _parameter_name(ctx, parameter) -> str | None:
 def _as_the_caller_names(ctx, index: int, expression: str) -> str:
     """`model.manager.weight`, where `model` is an argument of frame `index`'s function: the
     same path from the name a caller holds that object under (`self.model`), if one does."""
-    root = re.match(r"[A-Za-z_][A-Za-z_0-9]*", expression).group(0)
-    value = ctx.frames[index].f_locals.get(root)
+    root = expression.split(".")[0].split("[")[0]
+    if root not in ctx.frames[index].f_locals:
+        return expression
+    value = ctx.frames[index].f_locals[root]
     for frame in ctx.frames[index + 1:]:
         for name, held in list(frame.f_locals.items()):
             if held is value:
