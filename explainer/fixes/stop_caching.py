@@ -12,7 +12,7 @@ def stop_caching(source: src.Source, class_node: ast.ClassDef, store: ast.stmt, 
     """`self.adj_preped = adj_preped`, where the class reads `self.adj_preped` only once it has
     checked that it is not None (and computes it otherwise): without the store, every call
     computes the value with its own graph, as the first call did."""
-    reads = [r for r in src.reads(class_node, expression) if not _is_none_check(src.parent(r), expression)]
+    reads = [r for r in src.reads(class_node, expression) if not src.is_none_check(src.parent(r), expression)]
     if not reads or not all(_guarded(r, expression) for r in reads):
         return None
     return Fix(f"Don't keep `{expression}` between calls (`{source.segment(store)}`, line {store.lineno}): it "
@@ -20,19 +20,12 @@ def stop_caching(source: src.Source, class_node: ast.ClassDef, store: ast.stmt, 
                f"with a graph of its own", without(source, [store]))
 
 
-def _is_none_check(node: ast.AST | None, expression: str) -> bool:
-    """`self.x is not None` / `self.x is None`."""
-    return isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) \
-        and src.canonical(node.left) == src.canonical(expression) \
-        and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
-
-
 def _guarded(read: ast.AST, expression: str) -> bool:
     """The read runs only where an enclosing `if` found the value set."""
     child = read
     for ancestor in src.ancestors(read):
         if isinstance(ancestor, ast.If):
-            checks = [n for n in ast.walk(ancestor.test) if _is_none_check(n, expression)]
+            checks = [n for n in ast.walk(ancestor.test) if src.is_none_check(n, expression)]
             in_body = any(child is s for s in ancestor.body)
             if any(isinstance(c.ops[0], ast.IsNot) for c in checks) and in_body \
                     and (not isinstance(ancestor.test, ast.BoolOp) or isinstance(ancestor.test.op, ast.And)):

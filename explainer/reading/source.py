@@ -572,3 +572,10 @@ def iterated_by(target: ast.expr, iterable: ast.expr, name: str) -> ast.Name | N
         return next((found for t, a in zip(target.elts, iterable.args)
                      for found in [iterated_by(t, a, name)] if found is not None), None)
     return None
+
+
+def is_none_check(node: ast.AST | None, expression: str) -> bool:
+    """`self.x is not None` / `self.x is None`."""
+    return isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) \
+        and canonical(node.left) == canonical(expression) \
+        and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None

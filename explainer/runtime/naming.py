@@ -140,6 +140,12 @@ def _module_members(module: torch.nn.Module):
     yield from module._buffers.items()
 
 
+def is_argument(frame, name: str) -> bool:
+    """Whether `name` is a parameter of the function `frame` runs."""
+    code = frame.f_code
+    return name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
+
 def stored_attribute(obj, name: str, missing=None):
     """`obj.name` as stored, read without running a property or `__getattr__` of the user's: its
     `__dict__`, or a module's submodules, parameters and buffers; `missing` where it is neither."""

@@ -302,16 +302,10 @@ def _summed_argument(stmt) -> tuple[ast.expr, list[ast.expr]] | None:
     call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
     sums = [a for a in [*call.args, *(k.value for k in call.keywords)]
             if isinstance(a, ast.BinOp) and isinstance(a.op, ast.Add)] if call is not None else []
-    if len(sums) != 1:
+    parts = split_loss.terms(sums[0]) if len(sums) == 1 else []
+    if not parts or any(sign < 0 for sign, _ in parts):
         return None
-    terms, pending = [], [sums[0]]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            pending += [node.right, node.left]
-        else:
-            terms.append(node)
-    return sums[0], terms
+    return sums[0], [term for _, term in parts]
 
 
 def _split_loss(ctx, source, scope, step: StepCall, failing) -> Fix | None:
@@ -469,10 +463,8 @@ def _as_the_caller_names(ctx, index: int, expression: str) -> str:
 def _passed_in(ctx, index: int, expression: str) -> bool:
     """Whether `expression` starts at an argument of frame `index`'s function other than `self`,
     with a caller's frame above it."""
-    code = ctx.frames[index].f_code
     root = expression.split(".")[0].split("[")[0]
-    return index + 1 < len(ctx.frames) and root not in ("self", "cls") \
-        and root in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    return index + 1 < len(ctx.frames) and root not in ("self", "cls") and naming.is_argument(ctx.frames[index], root)
 
 
 _SAVED_BY_TYPE: dict[type, tuple[str, ...]] = {}

@@ -328,8 +328,7 @@ def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
     the same tensor (or the same list, for an element of one) to a name of its own gives the
     name the user made it under."""
     frame = ctx.frames[binding.frame_index]
-    code = frame.f_code
-    if binding.base not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] \
+    if not naming.is_argument(frame, binding.base) \
             or binding.steps and not binding.in_sequence or binding.base in ("self", "cls"):
         return binding
     # `losses[1]`, an element of the list the caller passed (`self._optimize_step(losses, ...)`).

@@ -11,6 +11,7 @@ import torch
 
 from ...reading import source as src
 from ...reading.training import helper_called
+from .. import naming
 from .locate import class_source
 
 # Expressions followed back from the loss: a training step is a few dozen assignments deep.
@@ -279,7 +280,7 @@ def passed_in(ctx, index: int, name: str) -> tuple | None:
     parameter or the call is not found."""
     frame = ctx.frames[index]
     code = frame.f_code
-    if name not in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount] or index + 1 >= len(ctx.frames):
+    if not naming.is_argument(frame, name) or index + 1 >= len(ctx.frames):
         return None
     _, node = ctx.frame_source(frame)
     outer = live_scope(ctx, index + 1)

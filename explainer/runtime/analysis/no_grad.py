@@ -92,9 +92,7 @@ def _kept_without_grad(ctx: Context, source, made) -> Finding | None:
 def _filled_where_empty(stmt: ast.stmt, target: ast.Attribute) -> bool:
     """`stmt` runs only under `if self.x is None:`."""
     expression = src.canonical(target)
-    return any(isinstance(a, ast.If) and isinstance(a.test, ast.Compare) and len(a.test.ops) == 1
-               and isinstance(a.test.ops[0], ast.Is) and src.canonical(a.test.left) == expression
-               and isinstance(a.test.comparators[0], ast.Constant) and a.test.comparators[0].value is None
+    return any(isinstance(a, ast.If) and src.is_none_check(a.test, expression) and isinstance(a.test.ops[0], ast.Is)
                and any(stmt is s or src.inside(stmt, s) for s in a.body) for a in src.ancestors(stmt))
 
 
