@@ -1,6 +1,7 @@
 """What a script trained: run it as `python SCRIPT` would, seeded, and keep every parameter of
 every module and optimizer it made (and every leaf tensor requiring grad left in its globals),
-and their gradients when the first backward returned.
+every gradient when the first backward returned, and the gradients each optimizer applied in its
+first step.
 
     python samples/trained.py SCRIPT OUT.pt            # run SCRIPT, save what it trained
     python samples/trained.py --compare A.pt B.pt      # exit 0 when both trained the same
@@ -24,17 +25,24 @@ HERE = Path(__file__).resolve().parent
 
 def run(script: Path) -> dict:
     """Run `script` as __main__ with the seeds fixed; return {"error": str|None, "tensors": [(label,
-    tensor)], "first_step": [(label, grad)] | None}: the trained tensors in the order the script
-    made their modules and optimizers, and their gradients when the first backward returned."""
+    tensor)], "first_backward": [(label, grad)] | None, "first_step": {label: grad}}: the trained
+    tensors in the order the script made their modules and optimizers, their gradients when the
+    first backward returned, and the gradients each optimizer held when its first step began."""
     import torch
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     made_modules: list = []
     made_optimizers: list = []
     module_init, optimizer_init = torch.nn.Module.__init__, torch.optim.Optimizer.__init__
     backward = torch.autograd.backward
     namespace = {"__name__": "__main__", "__file__": str(script.resolve()), "__builtins__": __builtins__}
-    first_step: list = []
+    first_backward: list = []
+    first_step: dict = {}
+    stepped: set[int] = set()
 
+    def gradients() -> list:
+        return [(label, None if t.grad is None else t.grad.detach().to("cpu", copy=True))
+                for label, t in tracked(made_modules, made_optimizers, namespace)]
     def remember_module(self, *args, **kwargs):
         module_init(self, *args, **kwargs)
         made_modules.append(self)
@@ -45,10 +53,19 @@ def run(script: Path) -> dict:
 
     def remember_first_backward(*args, **kwargs):
         result = backward(*args, **kwargs)
-        if not first_step:
-            first_step.extend((label, None if t.grad is None else t.grad.detach().to("cpu", copy=True))
-                              for label, t in tracked(made_modules, made_optimizers, namespace))
+        if not first_backward:
+            first_backward.extend(gradients())
         return result
+
+    def remember_first_step(optimizer, args, kwargs):
+        made = [i for i, o in enumerate(made_optimizers) if o is optimizer]
+        if not made or made[0] in stepped:
+            return
+        stepped.add(made[0])
+        for g, group in enumerate(optimizer.param_groups):
+            for k, p in enumerate(group["params"]):
+                first_step[f"{type(optimizer).__name__}#{made[0]}.group{g}[{k}]"] = \
+                    None if p.grad is None else p.grad.detach().to("cpu", copy=True)
 
     random.seed(0)
     torch.manual_seed(0)
@@ -63,6 +80,7 @@ def run(script: Path) -> dict:
     sys.path.insert(0, str(script.parent))
     torch.nn.Module.__init__, torch.optim.Optimizer.__init__ = remember_module, remember_optimizer
     torch.autograd.backward = remember_first_backward  # what Tensor.backward calls
+    step_hook = register_optimizer_step_pre_hook(remember_first_step)
     error = None
     try:
         exec(compile(script.read_text(encoding="utf-8"), str(script), "exec"), namespace)
@@ -74,8 +92,10 @@ def run(script: Path) -> dict:
     finally:
         torch.nn.Module.__init__, torch.optim.Optimizer.__init__ = module_init, optimizer_init
         torch.autograd.backward = backward
+        step_hook.remove()
     tensors = [(label, t.detach().to("cpu", copy=True)) for label, t in tracked(made_modules, made_optimizers, namespace)]
-    return {"error": error, "tensors": tensors, "first_step": first_step or None}
+    return {"error": error, "tensors": tensors, "first_backward": first_backward or None,
+            "first_step": first_step}
 
 
 def tracked(modules: list, optimizers: list, namespace: dict) -> list:
@@ -140,21 +160,28 @@ def trained_by(script: Path, out: Path, device: str | None = None) -> dict:
 
 
 def same_first_step(a: dict, b: dict) -> list[str]:
-    """Why the first backward of `a` and of `b` did not leave exactly the same gradients."""
+    """Why `a` and `b` did not take their first step with exactly the same gradients: those every
+    gradient held when the first backward returned, and those each optimizer that both stepped
+    applied in its first step (a step after several backward calls applies all of them)."""
     import torch
 
-    if a["first_step"] is None or b["first_step"] is None:
+    if a.get("first_backward") is None or b.get("first_backward") is None:
         return ["one of them never finished a backward"]
-    if len(a["first_step"]) != len(b["first_step"]):
+    if len(a["first_backward"]) != len(b["first_backward"]):
         return ["their first backward calls reach different tensors"]
-    return [f"{label}: the gradient differs" for (label, x), (_, y) in zip(a["first_step"], b["first_step"])
+    steps_a, steps_b = a.get("first_step") or {}, b.get("first_step") or {}
+    pairs = [(f"{label} after the first backward", x, y)
+             for (label, x), (_, y) in zip(a["first_backward"], b["first_backward"])]
+    pairs += [(f"{label} in its optimizer's first step", steps_a[label], steps_b[label])
+              for label in steps_a if label in steps_b]
+    return [f"{label}: the gradient differs" for label, x, y in pairs
             if (x is None) != (y is None) or (x is not None and not torch.equal(x, y))]
 
 
 def changes_first_step(buggy: dict, fixed: dict) -> bool:
-    """Whether `fixed` left other gradients than `buggy` after their first backward, both having
-    finished one (a script that fails in its first backward shows nothing to compare)."""
-    return buggy.get("first_step") is not None and fixed.get("first_step") is not None \
+    """Whether `fixed` took its first step with other gradients than `buggy`, both having finished
+    a backward (a script that fails in its first backward shows nothing to compare)."""
+    return buggy.get("first_backward") is not None and fixed.get("first_backward") is not None \
         and bool(same_first_step(buggy, fixed))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import boundary_labels
 import pytest
+import torch
 
 import manifest
 import trained
@@ -36,10 +37,6 @@ NOT_YET: dict[str, str] = {
                                                "`model.wd` where WavLMLoss.generator calls it (114); fixes[0] "
                                                "recomputes after the discriminator's step, the twin updates the "
                                                "generator first",
-    "real/textbox_leakgan_manager_step_before_worker": "fixes[0] steps after the loop, as the twin, and says "
-                                                       "unsafe (the manager's step then also applies the worker "
-                                                       "loss's gradient); the harness compares gradients at the "
-                                                       "first backward, which the twin leaves alone",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "
@@ -136,7 +133,7 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
     assert fix["applicability"] == "safe" or not twin_keeps_first_step
     if finding["code"] in HISTORY_OF_EARLIER_STEPS and twin_keeps_first_step:
         # The bug only bites from the second step on: a right fix leaves the first one alone.
-        assert buggy["first_step"] is not None
+        assert buggy["first_backward"] is not None
         assert trained.same_first_step(buggy, fixed) == []
 
 
@@ -163,3 +160,46 @@ def test_fixed_twin_runs_clean(sample, explain_run):
 def test_clean_seed_scenario_gives_no_finding(sample, explain_run):
     run = explain_run(sample.path)
     assert (run.returncode, run.findings) == (0, []), run.stderr
+
+
+TWO_LOSSES_ONE_STEPPED_FIRST = """
+import torch
+torch.manual_seed(0)
+manager, worker = torch.nn.Linear(3, 3), torch.nn.Linear(3, 1)
+opt_m, opt_w = torch.optim.SGD(manager.parameters(), lr=0.1), torch.optim.SGD(worker.parameters(), lr=0.1)
+for _ in range(2):
+    goal = manager(torch.randn(4, 3))
+    for opt, loss in ((opt_m, goal.pow(2).mean()), (opt_w, worker(goal).mean())):
+        opt.zero_grad()
+        loss.backward(retain_graph=True)
+        STEP_HERE
+    STEP_AFTER
+"""
+
+
+def test_the_first_step_is_read_when_the_first_optimizer_step_begins(tmp_path):
+    """Stepping each optimizer after all the losses' backward calls leaves the first backward's
+    gradients alone, yet the manager's first step then also applies the worker's loss: that is
+    what it trains, so what each optimizer's first step applies is compared too."""
+    def result(name: str, step_here: str, step_after: str) -> dict:
+        script = tmp_path / f"{name}.py"
+        script.write_text(TWO_LOSSES_ONE_STEPPED_FIRST.replace("STEP_HERE", step_here).replace("STEP_AFTER", step_after))
+        return trained.trained_by(script, tmp_path / f"{name}.pt")
+
+    each = result("each", "opt.step()", "pass")
+    after = result("after", "pass", "opt_m.step(); opt_w.step()")
+    assert each["error"] is None and after["error"] is None
+    assert trained.same_first_step(each, after) != []
+    assert trained.changes_first_step(each, after)
+    # The gradients when the first backward returned are the same in both, and compared.
+    assert all(torch.equal(x, y) for (_, x), (_, y) in zip(each["first_backward"], after["first_backward"])
+               if x is not None and y is not None)
+    assert [x is None for _, x in each["first_backward"]] == [x is None for _, x in after["first_backward"]]
+    # Only what each optimizer applies counts: the worker's first step is the same in both.
+    assert trained.same_first_step(each, after) == ["SGD#0.group0[0] in its optimizer's first step: the gradient differs",
+                                                    "SGD#0.group0[1] in its optimizer's first step: the gradient differs"]
+    assert not [d for d in trained.same_first_step(each, after) if "after the first backward" in d]
+    # A script that updates its weights by hand is read where its first backward returned.
+    by_hand = result("by_hand", "pass", "pass")
+    assert by_hand["first_step"] == {} and by_hand["first_backward"] is not None
+    assert trained.same_first_step(by_hand, each) == trained.same_first_step(by_hand, after) == []
