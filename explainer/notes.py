@@ -142,12 +142,13 @@ def _one_line_on_failure(error):
 
 
 def warn_growth(call, roots, caller, calls, steps) -> bool:
-    """Warn when the retained graph of `call` reaches into earlier iterations; whether it did."""
+    """Warn when a graph grows across iterations, retained by `call` or kept aside from it;
+    whether it did."""
     try:
         from .render.text import render_note
         from .runtime import analysis
 
-        finding = analysis.explain_retained(call, roots, caller, calls, steps)
+        finding = analysis.explain_growing(call, roots, caller, calls, steps)
         if finding is None:
             return False
         warnings.warn_explicit(GraphGrowthWarning(render_note(finding)), GraphGrowthWarning, call.filename, call.row)

@@ -39,5 +39,11 @@ for x, y in batches:
             "them again.",
             "`{carrier}` adds up losses with their graphs, and back-propagating it goes through freed graphs.",
             ("carried across iterations",)),
+        "run-kept-total": Message(
+            "`{carrier}`, re-assigned at {where}, adds up the loss of every iteration with its autograd graph. "
+            "No backward goes through it, but it keeps the graphs of {iterations} earlier iterations alive, one "
+            "more each iteration: memory grows until training slows down or runs out.",
+            "`{carrier}` adds up losses with their graphs: every iteration's graph stays alive.",
+            ("keeps every iteration's graph",)),
     },
 )

@@ -58,5 +58,11 @@ train: the fix empties the container after the backward that consumed it
             "from the source and from what the graph shows: likely, not certain.",
             "`{carrier}` most likely carries a graph that an earlier backward freed.",
             ("likely carrier of the freed graph",)),
+        "run-kept-stored": Message(
+            "`{carrier}` (stored at {where}) keeps a tensor made from the one stored in the previous iteration, "
+            "with its autograd graph: it chains the graphs of {iterations} earlier iterations, one more each "
+            "iteration, and no backward goes through them. Memory grows until training slows down or runs out.",
+            "`{carrier}` chains every iteration's graph to the previous one: memory grows.",
+            ("keeps every iteration's graph",)),
     },
 )

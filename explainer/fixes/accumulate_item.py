@@ -17,18 +17,8 @@ def accumulate_with_item(source: Source, carrier: str, assignment: Assignment,
     if backward_stmt is not None and any(backward_stmt.lineno < loop.lineno or backward_stmt.lineno > loop.end_lineno
                                          for loop in loops_around(stmt)):
         return None
-    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
-        term = stmt.value
-    elif (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp)
-          and isinstance(stmt.value.op, ast.Add)):
-        left, right = stmt.value.left, stmt.value.right
-        if canonical(left) == canonical(carrier):
-            term = right
-        elif canonical(right) == canonical(carrier):
-            term = left
-        else:
-            return None
-    else:
+    term = _term(stmt, carrier)
+    if term is None:
         return None
     term_text = source.segment(term)
     edits = [replace(source, term, f"{term_text}.item()" if isinstance(term, (ast.Name, ast.Attribute, ast.Subscript)) else f"({term_text}).item()")]
@@ -36,6 +26,33 @@ def accumulate_with_item(source: Source, carrier: str, assignment: Assignment,
         edits.append(replace(source, backward_receiver, term_text if isinstance(term, (ast.Name, ast.Attribute, ast.Subscript)) else f"({term_text})"))
     return Fix(f"Back-propagate each step's `{term_text}` and keep the running total as a Python "
                f"number with `.item()`", tuple(edits))
+
+
+def add_detached(source: Source, carrier: str, assignment: Assignment) -> Fix | None:
+    """`running_loss += loss.detach()`: the total adds up the value without the graph that made it.
+    `.detach()` keeps the type the total had, so code that reads it (`running_loss.item()`, a
+    division, a log line) runs as before; None where the statement does not add a term to
+    `carrier`."""
+    term = _term(assignment.stmt, carrier)
+    if term is None:
+        return None
+    text = source.segment(term)
+    simple = isinstance(term, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+    return Fix(f"Add up `{text}` detached, so `{carrier}` keeps the value and not the graph that made it",
+               (replace(source, term, f"{text}.detach()" if simple else f"({text}).detach()"),))
+
+
+def _term(stmt: ast.stmt, carrier: str) -> ast.expr | None:
+    """`loss` in `total += loss` or `total = total + loss` (`loss + total`)."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
+        return stmt.value
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp) and isinstance(stmt.value.op, ast.Add):
+        left, right = stmt.value.left, stmt.value.right
+        if canonical(left) == canonical(carrier):
+            return right
+        if canonical(right) == canonical(carrier):
+            return left
+    return None
 
 
 def reset_after_backward(source: Source, carrier: str, reset: ast.stmt, backward_stmt: ast.stmt) -> Fix:

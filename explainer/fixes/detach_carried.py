@@ -222,18 +222,42 @@ def _discarded_detach(node: ast.AST, receiver: str | None = None) -> bool:
 def detach_stored_value(source: Source, store: ast.AST, container: str, is_tuple: bool = False) -> Fix | None:
     """`memory.append(h)` -> `memory.append(h.detach())`; `cache["prev"] = out` -> `out.detach()`;
     a tuple of tensors (`states.append(hh)`) element by element."""
-    if isinstance(store, ast.Call) and store.args:
-        value = store.args[-1]
-    elif isinstance(store, (ast.Assign, ast.AnnAssign)) and store.value is not None:
-        value = store.value
-    else:
+    value = _stored(store)
+    if value is None:
         return None
+    return Fix(f"Store `{source.segment(value)}` detached in `{container}`: a stored tensor "
+               f"keeps the graph of the step that made it, and the next step would back-propagate "
+               f"into it", (_detach(source, value, is_tuple),))
+
+
+def store_without_chaining(source: Source, store: ast.AST, container: str, is_tuple: bool) -> Fix | None:
+    """As `detach_stored_value`, for a value no backward goes through: what is stored each
+    iteration is made from what the previous one stored, so its graph hangs on to all of theirs.
+    A tuple written out (`(h, c)`) is detached element by element where it is written."""
+    value = _stored(store)
+    if value is None:
+        return None
+    if isinstance(value, ast.Tuple) and value.elts and not any(isinstance(e, ast.Starred) for e in value.elts):
+        edits = tuple(_detach(source, element, False) for element in value.elts)
+    else:
+        edits = (_detach(source, value, is_tuple),)
+    return Fix(f"Store `{source.segment(value)}` detached in `{container}`, so each iteration's graph is "
+               f"freed instead of chained onto the next", edits)
+
+
+def _stored(store: ast.AST) -> ast.expr | None:
+    if isinstance(store, ast.Call) and store.args:
+        return store.args[-1]
+    if isinstance(store, (ast.Assign, ast.AnnAssign)) and store.value is not None:
+        return store.value
+    return None
+
+
+def _detach(source: Source, value: ast.expr, is_tuple: bool) -> Edit:
     text = source.segment(value)
     if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
         text = f"({text})"
-    return Fix(f"Store `{source.segment(value)}` detached in `{container}`: a stored tensor "
-               f"keeps the graph of the step that made it, and the next step would back-propagate "
-               f"into it", (replace(source, value, detached(text, is_tuple)),))
+    return replace(source, value, detached(text, is_tuple))
 
 
 def fixes_for_module_state(source: Source, assignment: Assignment, name: str, is_tuple: bool,

@@ -60,7 +60,11 @@ def timeline(finding: Finding) -> Timeline | None:
     if evidence.freed_by is not None:
         events.append((evidence.freed_by, "retains" if finding.kind == "graph-growth" else "frees"))
     events.extend((step, "changes" if inplace else "steps") for step in evidence.steps)
-    events.append((evidence.backward, "walks" if finding.kind == "graph-growth" else "needs"))
+    if finding.kind != "graph-growth":
+        backward = "needs"
+    else:
+        backward = "passes" if dict(evidence.facts).get("kept_aside") else "walks"
+    events.append((evidence.backward, backward))
     edits = sorted(finding.fixes[0].edits, key=lambda e: (e.filename != finding.filename, e.location.row)) \
         if finding.fixes else []
     fix = (edits[0].filename, edits[0].location.row) if edits else None
@@ -96,7 +100,8 @@ def _one_line(code: str) -> str:
 # What each role says beside its line; the kind's own words for the boundary.
 _SAYS = {"makes": "makes `{carrier}`", "saves": "saves `{carrier}` for backward", "frees": "frees its graph",
          "retains": "keeps its graph", "steps": "optimizer step", "changes": "changes it in place",
-         "needs": "needs it: the error", "walks": "goes through it all again"}
+         "needs": "needs it: the error", "walks": "goes through it all again",
+         "passes": "runs beside it, never through it"}
 
 
 def text(line: Timeline) -> list[str]:
@@ -194,6 +199,8 @@ def title(line: Timeline) -> str:
     """The picture in one sentence: its SVG title, and the alt text where it is an image."""
     if line.inplace:
         return f"`{line.carrier}` was saved for this backward, then changed in place"
+    if any(r.role == "passes" for r in line.now):
+        return f"`{line.carrier}` keeps the graphs of earlier iterations, which no backward goes through again"
     if any(r.role == "walks" for r in line.now):
         return f"`{line.carrier}` keeps the graphs of earlier iterations, and this backward goes through them all again"
     return f"`{line.carrier}` carries history from before the earlier backward into this one"

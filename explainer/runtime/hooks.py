@@ -61,15 +61,16 @@ _step_hook_handle = None
 # a training loop calls both from the same code every time, and `is` against it skips reading
 # the file name (a frame attribute, a code attribute and a `startswith` on every call).
 _last_user_code: list = [None]
-# Call sites whose retain_graph=True graph was already checked, with how often.
+# Call sites whose graph was already checked for growth, with how often.
 _growth_checks: dict[tuple, int] = {}
 _GROWTH_CHECKS_PER_SITE = 8
 # What `install` was given: called with (error, call, roots, caller frame, recent calls, recent
 # steps, recent loads) when an autograd error escapes a backward call, and with (call, roots, caller frame,
-# recent calls, recent steps) -> whether it warned, when a call retains a graph.
+# recent calls, recent steps) -> whether it warned, when a call retains a graph or is one of the
+# first ten (a graph kept aside from the backward calls grows too).
 OnError = Callable[..., None]
-OnRetained = Callable[..., bool]
-_callbacks: list = [None, None]  # [on_error, on_retained]
+OnGrowth = Callable[..., bool]
+_callbacks: list = [None, None]  # [on_error, on_growth]
 
 
 def _line_of(code, lasti: int) -> int:
@@ -145,7 +146,9 @@ def hooked({parameters}):
     call = (next(ticks), peek(), {root_ids}, code,
             caller.f_lasti if caller is not None else 0, retain, create, kind)
     calls = state[1]
-    if retain and not create and calls:  # a higher-order graph spans its steps on purpose (MAML)
+    # A higher-order graph spans its steps on purpose (MAML). A graph kept aside shows by the
+    # third backward: only the first ten calls look for one.
+    if calls and not create and (retain or len(calls) < 10):
         check_growth(call, {roots}, caller)
     state[0] = 1
     try:
@@ -251,13 +254,13 @@ def _explain_into(error: RuntimeError, call: tuple, roots, caller) -> None:
 
 
 def _check_growth(call: tuple, roots, caller) -> None:
-    on_retained = _callbacks[1]
+    on_growth = _callbacks[1]
     site = (call[3], call[4])
     done = _growth_checks.get(site, 0)
-    if on_retained is None or done >= _GROWTH_CHECKS_PER_SITE:
+    if on_growth is None or done >= _GROWTH_CHECKS_PER_SITE:
         return
     _growth_checks[site] = done + 1
-    if on_retained(_as_call(call), roots, caller, recent_calls(), recent_steps()):
+    if on_growth(_as_call(call), roots, caller, recent_calls(), recent_steps()):
         _growth_checks[site] = _GROWTH_CHECKS_PER_SITE
 
 
@@ -305,7 +308,7 @@ def installed() -> bool:
     return bool(_originals)
 
 
-def install(on_error: OnError, on_retained: OnRetained) -> None:
+def install(on_error: OnError, on_growth: OnGrowth) -> None:
     """Hook `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`, and add an
     optimizer step post-hook, and record `Module.load_state_dict` calls; autograd errors and
     retained graphs go to the callbacks. Installed
@@ -316,7 +319,7 @@ def install(on_error: OnError, on_retained: OnRetained) -> None:
     its own wrapper the user's frame is the caller, while finding it from inside
     `autograd.backward` would build a frame object for `Tensor.backward` on every call."""
     global _step_hook_handle
-    _callbacks[:] = [on_error, on_retained]
+    _callbacks[:] = [on_error, on_growth]
     if _originals:
         return
     wrappers = {}
@@ -333,11 +336,11 @@ def install(on_error: OnError, on_retained: OnRetained) -> None:
     _step_hook_handle = register_optimizer_step_post_hook(_on_step)
 
 
-def install_or_say_why_not(on_error: OnError, on_retained: OnRetained) -> bool:
+def install_or_say_why_not(on_error: OnError, on_growth: OnGrowth) -> bool:
     """`install`, for front-ends that must not stop the user's code: one line on stderr if this
     torch cannot be hooked."""
     try:
-        install(on_error, on_retained)
+        install(on_error, on_growth)
     except UnsupportedTorch as error:
         print(f"[explainer] not installed: {error}", file=sys.stderr)
         return False

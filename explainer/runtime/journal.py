@@ -16,6 +16,9 @@ _by_error: OrderedDict[int, Finding] = OrderedDict()
 _warnings: list[Finding] = []
 _warned_at: dict[int, Finding] = {}  # backward call tick -> the warning given before it ran
 _last: list[Finding] = []
+# (file, function, expression) of a tensor the user keeps -> how many earlier iterations its
+# graph spanned when last looked at: growth is seen by looking twice.
+_spans: dict[tuple[str, str, str], int] = {}
 
 
 _last_error: list[Finding] = []
@@ -88,8 +91,20 @@ def last() -> Finding | None:
         return _last[0] if _last else None
 
 
+def spans_before(key: tuple[str, str, str], spans: int) -> int | None:
+    """How many iterations the graph of the tensor `key` names spanned when last looked at
+    (None the first time); `spans` is remembered for the next look."""
+    with _lock:
+        before = _spans.get(key)
+        if before is None and len(_spans) >= 4 * _MAX:
+            return None
+        _spans[key] = spans
+        return before
+
+
 def clear() -> None:
     with _lock:
+        _spans.clear()
         _by_error.clear()
         _warnings.clear()
         _warned_at.clear()

@@ -41,9 +41,10 @@ def explain_error(error, call: BackwardCall, roots, caller, calls, steps, loads=
         frames.clear()
 
 
-def explain_retained(call: BackwardCall, roots, caller, calls, steps) -> Finding | None:
-    """The finding for a call with retain_graph=True whose graph reaches into earlier
-    iterations (recorded in the journal), or None."""
+def explain_growing(call: BackwardCall, roots, caller, calls, steps) -> Finding | None:
+    """The finding for a graph that grows across iterations (recorded in the journal), or None:
+    the retained graph of a call with retain_graph=True reaching into earlier iterations, or a
+    tensor of the user's chaining the graphs of earlier iterations aside from `call`'s."""
     frames = []
     try:
         frames = records.user_frames(caller)

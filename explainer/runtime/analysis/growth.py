@@ -1,16 +1,25 @@
-"""graph-growth (BX008): retain_graph=True keeps alive a graph whose history reaches into
-earlier iterations, so every backward goes through all of them."""
+"""graph-growth: retain_graph=True keeps alive a graph whose history reaches into earlier
+iterations, so every backward goes through all of them (BX008); or, with no retain_graph and no
+error, a tensor the user keeps chains the graphs of earlier iterations that no backward goes
+through again (a running total, BX002; a value stored for the next iteration, BX005)."""
 from __future__ import annotations
 
-from ...fixes import detach_carried, graph_options
+import bisect
+
+from ...fixes import accumulate_item, detach_carried, graph_options
 from ...fixes.edits import overlapping
 from ...model import Evidence, Finding, Fix
 from ...reading import source as src
-from .. import graph
+from .. import graph, journal
 from .carried import carried_fixes
 from .context import Context
 from .evidence import culprit, finding, made_at
-from .locate import carriers, self_referencing_carrier
+from .locate import carriers, held, self_referencing_carrier
+
+# Nodes one check for kept graphs may wrap: it runs in the first iterations of every script, on
+# graphs that are not failing, so it looks at a small part of them and says nothing when that
+# is not enough.
+_KEPT_BUDGET = 10_000
 
 
 def _with_every_carrier(ctx: Context, first: Fix, candidate, others, failing) -> Fix:
@@ -34,6 +43,8 @@ def _with_every_carrier(ctx: Context, first: Fix, candidate, others, failing) ->
 
 
 def explain_graph_growth(ctx: Context) -> Finding | None:
+    if ctx.call is not None and not ctx.call.retain_graph:
+        return _kept_graph(ctx)
     retained = [c for c in ctx.calls if c.retain_graph]
     if not retained:
         return None
@@ -72,3 +83,97 @@ def explain_graph_growth(ctx: Context) -> Finding | None:
         fixes = [Fix(f.message + ", and drop `retain_graph=True`", f.edits + (drop,), f.applicability) for f in fixes]
     evidence = Evidence(candidate.name, made_at(ctx, located), ctx.backward_site(), advice="grows")
     return finding("BX008", "run-growth", "graph-growth", evidence, [culprit(ctx, candidate)], fixes)
+
+
+def _kept_graph(ctx: Context) -> Finding | None:
+    """No retain_graph=True and no error: a tensor bound in the user's frames (labelmodels'
+    `running_loss += loss`, ml-agents' critic memory filed per agent) holds history made in at
+    least two earlier iterations, more than when the previous call looked, and this backward
+    does not go through it. Iterations are told apart by this call's own line (a GAN's previous
+    generator loss, made across the discriminator's and the generator's backward calls, is one
+    iteration's value); a value that spans as many each time (toshikwa's `policy_loss`, reading
+    the `self.alpha` of the pass before, through a helper that runs every backward) does not
+    grow. A graph a backward already freed can never be back-propagated again; one no backward
+    went through is only taken for a leak when it spans three, the value of each iteration made
+    from the one before. Detaching it changes no gradient of this step, whose graph does not
+    reach it: the fix is safe."""
+    if ctx.call is None:
+        return None
+    site = (ctx.call.filename, ctx.call.row)
+    marks = [c.mark for c in ctx.calls if (c.filename, c.row) == site]
+    if len(marks) < 2:
+        return None
+    graph.reset_budget(_KEPT_BUDGET)
+    bindings = [b for b in ctx.bindings() if b.value.grad_fn is not None and id(b.value) not in ctx.call.root_ids]
+    spans = _stale_spans([b.value.grad_fn for b in bindings], marks)
+    grown = []
+    for i, binding in enumerate(bindings):
+        count = bin(spans.get(id(binding.value.grad_fn), 0)).count("1")
+        frame = ctx.frames[binding.frame_index]
+        before = journal.spans_before((frame.f_code.co_filename, frame.f_code.co_name, binding.expression), count)
+        if count >= 2 and before is not None and count > before:
+            grown.append((-count, i))
+    current = None
+    for count, i in sorted(grown):
+        count = -count
+        grad_fn = bindings[i].value.grad_fn
+        stale = [child for child, _ in graph.children(grad_fn) if child is not None and child._sequence_nr() < marks[-1]]
+        if count < 3 and not graph.freed_below(stale or [grad_fn]):
+            continue
+        if current is None:
+            current = graph.walk(ctx.root_nodes(), expand=lambda seq: seq >= marks[-1])
+        if not current.complete:
+            return None  # too big to tell whether this backward goes through it
+        if id(grad_fn) in current.nodes:
+            continue  # this backward goes through it
+        found = _kept_finding(ctx, held(ctx, bindings[i]), count)
+        if found is not None:
+            return found
+    return None
+
+
+def _kept_finding(ctx: Context, candidate, iterations: int) -> Finding | None:
+    located = candidate.located
+    if located is None:
+        return None
+    if candidate.relation == "direct" and accumulate_item.add_detached(located.source, candidate.name,
+                                                                       located.assignment) is not None:
+        code, variant = "BX002", "run-kept-total"
+        fix = accumulate_item.add_detached(located.source, candidate.name, located.assignment)
+    else:
+        code, variant = "BX005", "run-kept-stored"
+        # `self.memory[agent] = state`, a tuple: the binding is one of its elements.
+        steps = candidate.binding.steps
+        element = bool(steps) and steps[-1][0] == "item" and isinstance(steps[-1][1], int)
+        fix = detach_carried.store_without_chaining(located.source, located.store, candidate.name, element)
+    evidence = Evidence(candidate.name, made_at(ctx, located), ctx.backward_site(),
+                        facts=(("iterations", iterations), ("kept_aside", True)))
+    return finding(code, variant, "graph-growth", evidence, [culprit(ctx, candidate)], [fix])
+
+
+def _stale_spans(tops, marks: list[int]) -> dict[int, int]:
+    """For each node reached from `tops` (by id), a bit per span between earlier backward calls
+    (before the first mark, between the first and the second, ...) in which a node at or below
+    it was made, the last span, since the previous backward, left out. Within the budget: what
+    it cannot afford to wrap counts for nothing."""
+    spans: dict[int, int] = {}
+    entered: set[int] = set()
+    stack = [(top, False) for top in tops]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            seq = node._sequence_nr()
+            bits = 1 << bisect.bisect_right(marks, seq) if seq < marks[-1] else 0
+            for child, _ in graph.children(node):
+                if child is not None:
+                    bits |= spans.get(id(child), 0)
+            spans[key] = bits
+            continue
+        if key in entered:
+            continue
+        entered.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child, _ in graph.children(node)
+                     if child is not None and id(child) not in entered)
+    return spans

@@ -263,16 +263,9 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
             # e.g. an RNN's final hidden state: made by this step, not used by its loss.
             carried.append(Candidate(binding, "carried"))
     ranked = []
-    previous = ctx.previous
-    same_site = (ctx.call is not None and previous is not None
-                 and (previous.filename, previous.row) == (ctx.call.filename, ctx.call.row))
-    before_row = ctx.call.row if ctx.call else None
+    before_row, same_site = _where_made(ctx)
     for candidate in direct + stored:
-        candidate.binding = element_of_iterated(ctx, callers_name(ctx, candidate.binding))
-        candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
-        _follow_container_alias(candidate)
-        if candidate.located is not None and isinstance(candidate.located.store, ast.Call):
-            candidate.relation = "stored"  # kept by a call (`append`, `register_buffer`)
+        _place_held(ctx, candidate)
         ranked.append(candidate)
     carried_located, kept_state = [], []
     for candidate in carried:
@@ -297,9 +290,7 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
     kept_state.sort(key=lambda c: not _read_back(c))
     ranked.extend(carried_located + kept_state)
     for candidate in ranked:
-        candidate.name = name_of(candidate)
-        candidate.via = _stored_by_call(ctx, candidate)
-        candidate.kept = candidate.binding.expression if candidate.via is not None else ""
+        _name(ctx, candidate)
     for candidate in ranked:
         if candidate.via is None and candidate.located is not None:
             # `training_objects.log_probs`, a sample of what `replay_buffer.training_objects`
@@ -309,6 +300,41 @@ def carriers(ctx: Context, current: graph.Walk, targets: set[int], mark: int) ->
             if other is not None:
                 candidate.via, candidate.kept = other.via, other.kept
     return ranked
+
+
+def held(ctx: Context, binding: naming.Binding) -> Candidate:
+    """A binding whose own value holds old history (not reached through this backward's graph),
+    named as the user wrote it and placed where it was made, as `carriers` places its direct and
+    stored candidates."""
+    candidate = Candidate(binding, "stored" if binding.in_sequence else "direct")
+    _place_held(ctx, candidate)
+    _name(ctx, candidate)
+    return candidate
+
+
+def _where_made(ctx: Context) -> tuple[int | None, bool]:
+    """The row a value's statement should come before (the backward's), and whether the previous
+    backward ran from the same line (then the statement may be anywhere in its loop: made in the
+    previous pass, after the backward's line)."""
+    previous = ctx.previous
+    same_site = (ctx.call is not None and previous is not None
+                 and (previous.filename, previous.row) == (ctx.call.filename, ctx.call.row))
+    return (ctx.call.row if ctx.call else None), same_site
+
+
+def _place_held(ctx: Context, candidate: Candidate) -> None:
+    before_row, same_site = _where_made(ctx)
+    candidate.binding = element_of_iterated(ctx, callers_name(ctx, candidate.binding))
+    candidate.located = locate(ctx, candidate.binding, before_row, from_last_iteration=same_site)
+    _follow_container_alias(candidate)
+    if candidate.located is not None and isinstance(candidate.located.store, ast.Call):
+        candidate.relation = "stored"  # kept by a call (`append`, `register_buffer`)
+
+
+def _name(ctx: Context, candidate: Candidate) -> None:
+    candidate.name = name_of(candidate)
+    candidate.via = _stored_by_call(ctx, candidate)
+    candidate.kept = candidate.binding.expression if candidate.via is not None else ""
 
 
 def _replaced_this_pass(binding: naming.Binding, current: graph.Walk, key: int, targets: set[int], mark: int) -> bool:
