@@ -990,6 +990,107 @@ PATTERNS = {
                 model.enriched = None
             evaluate(model)
     """),
+    # RN's inpainting GAN (geekyutao/RN#19): both losses built, then the discriminator's update,
+    # then the generator's backward through the discriminator's forward made before it.
+    "both losses built, then the discriminator's update before the generator's backward": (
+        "inplace-modified", "disc.weight", """
+        import torch
+
+        gen, disc = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        g_opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+        d_opt = torch.optim.SGD(disc.parameters(), lr=0.1)
+        for step in range(3):
+            real = torch.randn(8, 4)
+            fake = gen(torch.randn(8, 4))
+            d_loss = disc(fake.detach()).mean() - disc(real).mean()
+            g_fake = disc(fake)  # culprit
+            g_loss = -g_fake.mean() + 0.1 * fake.pow(2).mean()
+            total = d_loss.item() + g_loss.item()
+            d_loss.backward()
+            d_opt.step()
+            d_opt.zero_grad()
+            g_loss.backward()
+            g_opt.step()
+            g_opt.zero_grad()
+    """),
+    # spirl's SAC agent (clvrai/spirl#6): every update through one helper, the policy's last.
+    "the policy updated last through a helper that zeroes, back-propagates and steps": (
+        "inplace-modified", "self.critics[1].weight", """
+        import torch
+
+        class Agent:
+            def __init__(self):
+                self.policy = torch.nn.Linear(3, 2)
+                self.critics = [torch.nn.Linear(5, 1), torch.nn.Linear(5, 1)]
+                self.policy_opt = torch.optim.SGD(self.policy.parameters(), lr=0.1)
+                self.critic_opts = [torch.optim.SGD(c.parameters(), lr=0.1) for c in self.critics]
+
+            def _perform_update(self, loss, opt, network):
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+            def update(self, obs, action, target):
+                act = self.policy(obs)
+                q = torch.min(*[c(torch.cat([obs, act], 1)) for c in self.critics])
+                policy_loss = -q.mean()  # culprit
+                critic_losses = [(c(torch.cat([obs, action], 1)) - target).pow(2).mean() for c in self.critics]
+                [self._perform_update(loss, opt, critic)
+                    for loss, opt, critic in zip(critic_losses, self.critic_opts, self.critics)]
+                self._perform_update(policy_loss, self.policy_opt, self.policy)
+
+        agent = Agent()
+        for step in range(3):
+            agent.update(torch.randn(6, 3), torch.randn(6, 2), torch.randn(6, 1))
+    """),
+    # MiniGP's kernel (IceLab-X/MiniGP#13): a parameter made inside an expression in __init__.
+    "a parameter made inside an expression in __init__": ("second-backward", "self.length_scale", """
+        import torch
+        import torch.nn as nn
+
+        class Kernel(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.length_scale = torch.exp(nn.Parameter(torch.log(torch.tensor(2.0))))  # culprit
+                self.noise = nn.Parameter(torch.tensor(0.1))
+
+            def forward(self, x):
+                return (x / self.length_scale).pow(2).sum() + self.noise
+
+        kernel = Kernel()
+        opt = torch.optim.Adam(kernel.parameters(), lr=0.01)
+        for step in range(3):
+            opt.zero_grad()
+            kernel(torch.randn(4)).backward()
+            opt.step()
+    """),
+    # SRGAN-PyTorch (Lornatang/SRGAN-PyTorch#37): the generator frozen for the discriminator's
+    # update, its output made there and trained on after it is unfrozen.
+    "a generator's output made while its parameters were frozen": ("no-grad", "sr", """
+        import torch
+
+        gen, disc = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        g_opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+        d_opt = torch.optim.SGD(disc.parameters(), lr=0.1)
+        for step in range(3):
+            for p in disc.parameters():
+                p.requires_grad = True
+            for p in gen.parameters():
+                p.requires_grad = False
+            d_opt.zero_grad()
+            sr = gen(torch.randn(8, 4))  # culprit
+            d_loss = disc(sr.detach()).mean() - disc(torch.randn(8, 4)).mean()
+            d_loss.backward()
+            d_opt.step()
+            for p in disc.parameters():
+                p.requires_grad = False
+            for p in gen.parameters():
+                p.requires_grad = True
+            g_opt.zero_grad()
+            g_loss = -disc(sr).mean()
+            g_loss.backward()
+            g_opt.step()
+    """),
 }
 
 
@@ -1359,6 +1460,16 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
      "        return super().train(mode)\n", ""),
     # The state stored for the next call goes without history; this call's value keeps it.
     ("a cache handed to a helper and replaced by what it returns", "unsafe", "self.cache = cache.detach()", ""),
+    # The discriminator's update moves up; nothing is computed twice.
+    ("both losses built, then the discriminator's update before the generator's backward", "safe",
+     "    d_loss.backward()\n    d_opt.step()\n    d_opt.zero_grad()\n    g_fake = disc(fake)", "g_fake = disc(fake)\n    g_fake"),
+    ("the policy updated last through a helper that zeroes, back-propagates and steps", "safe",
+     "        self._perform_update(policy_loss, self.policy_opt, self.policy)\n        [self._perform_update", ""),
+    # The value itself becomes the trained parameter, as MiniGP did: it now trains, so unsafe.
+    ("a parameter made inside an expression in __init__", "unsafe",
+     "self.length_scale = nn.Parameter(torch.exp(torch.log(torch.tensor(2.0))))", ".detach()"),
+    ("a generator's output made while its parameters were frozen", "safe",
+     "        p.requires_grad = True\n    d_opt.zero_grad()\n    sr = gen", ""),
 ])
 def test_the_fix_first_offered_is_the_experts(name, applicability, present, absent, explain_run, tmp_path):
     script = tmp_path / "train.py"
@@ -1367,3 +1478,148 @@ def test_the_fix_first_offered_is_the_experts(name, applicability, present, abse
     patched = apply_edits(script.read_text(), Fix.from_json(fix).edits)
     assert fix["applicability"] == applicability and present in patched, patched
     assert not absent or absent not in patched, patched
+
+
+KEPT_TOTAL = """
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    running_loss = 0.0
+    for step in range(5):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        running_loss += loss  # culprit
+    print(f"{running_loss.item():.3f}")
+"""
+
+KEPT_MEMORY = """
+    import torch
+
+    class Critic:
+        def __init__(self):
+            self.lstm = torch.nn.LSTMCell(3, 4)
+            self.head = torch.nn.Linear(4, 1)
+            self.opt = torch.optim.SGD([*self.lstm.parameters(), *self.head.parameters()], lr=0.1)
+            self.memory = {}
+
+        def evaluate(self, obs, agent):
+            h, c = self.memory.get(agent, (torch.zeros(1, 4), torch.zeros(1, 4)))
+            h, c = self.lstm(obs, (h, c))
+            self.memory[agent] = (h, c)  # culprit
+            return self.head(h).item()
+
+        def update(self, obs, target):
+            h, _ = self.lstm(obs)
+            loss = (self.head(h) - target).pow(2).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+    critic = Critic()
+    for step in range(5):
+        value = critic.evaluate(torch.randn(1, 3), "agent_0")
+        critic.update(torch.randn(6, 3), torch.full((6, 1), value))
+"""
+
+
+@pytest.mark.parametrize("code, variant, culprit_name, fixed", [
+    # labelmodels (BatsResearch/labelmodels#4): the total adds up each loss with its graph.
+    (KEPT_TOTAL, "run-kept-total", "running_loss", "running_loss += loss.detach()"),
+])
+def test_a_graph_kept_aside_and_growing_is_named_where_it_is_kept(code, variant, culprit_name, fixed, explain_run,
+                                                                  tmp_path):
+    """No error and no retain_graph: a tensor the loop keeps chains every iteration's graph,
+    which no backward goes through again. One warning, where it is kept; its fix, applied,
+    leaves the script silent and trains the same weights (the total never trained anything)."""
+    code = textwrap.dedent(code).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    run = explain_run(script)
+    assert run.returncode == 0 and len(run.findings) == 1, run.stderr
+    (finding,) = run.findings
+    culprit_row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert (finding["kind"], finding["variant"]) == ("graph-growth", variant)
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == (culprit_name, culprit_row)
+    assert "GraphGrowthWarning" in run.stderr and "runs beside it, never through it" in run.stderr
+    fix = finding["fixes"][0]
+    patched = tmp_path / "patched.py"
+    patched.write_text(apply_edits(code, Fix.from_json(fix).edits))
+    assert fix["applicability"] == "safe" and fixed in patched.read_text()
+    after = explain_run(patched)
+    assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_a_memory_chained_onto_the_one_stored_before_is_stored_detached(explain_run, tmp_path):
+    """ml-agents' critic memory (Unity-Technologies/ml-agents#5048): each evaluation's memory is
+    made from the one stored for the agent before, and no backward goes through them. The
+    memory's graph is not freed, so it is only named once it spans three iterations."""
+    code = textwrap.dedent(KEPT_MEMORY).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    run = explain_run(script)
+    assert run.returncode == 0 and len(run.findings) == 1, run.stderr
+    (finding,) = run.findings
+    assert (finding["code"], finding["variant"], finding["culprits"][0]["name"]) == \
+        ("BX005", "run-kept-stored", "self.memory[agent]")
+    assert dict(finding["evidence"]["facts"])["iterations"] >= 3
+    patched = tmp_path / "patched.py"
+    patched.write_text(apply_edits(code, Fix.from_json(finding["fixes"][0]).edits))
+    assert "self.memory[agent] = (h.detach(), c.detach())  # culprit" in patched.read_text()
+    after = explain_run(patched)
+    assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+@pytest.mark.parametrize("code", [
+    # A GAN's generator loss of the last pass, still bound at the discriminator's backward: made
+    # across two backward calls of one pass, it spans two spans between calls, and never grows.
+    """
+    import torch
+    gen, disc = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    g_opt, d_opt = torch.optim.SGD(gen.parameters(), lr=0.1), torch.optim.SGD(disc.parameters(), lr=0.1)
+    for step in range(6):
+        fake = gen(torch.randn(8, 4))
+        d_opt.zero_grad()
+        d_loss = disc(fake.detach()).mean() - disc(torch.randn(8, 4)).mean()
+        d_loss.backward()
+        d_opt.step()
+        g_opt.zero_grad()
+        g_loss = -disc(fake).mean()
+        g_loss.backward()
+        g_opt.step()
+    """,
+    # toshikwa's SAC: every update through one helper; the policy's loss reads the temperature
+    # of the pass before, so it spans two passes each time, never more.
+    """
+    import torch
+
+    def update_params(opt, loss):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    policy, critic = torch.nn.Linear(3, 2), torch.nn.Linear(5, 1)
+    log_alpha = torch.zeros(1, requires_grad=True)
+    p_opt, c_opt = torch.optim.SGD(policy.parameters(), lr=0.1), torch.optim.SGD(critic.parameters(), lr=0.1)
+    a_opt = torch.optim.SGD([log_alpha], lr=0.1)
+    alpha = log_alpha.exp()
+    for step in range(6):
+        obs = torch.randn(6, 3)
+        update_params(c_opt, critic(torch.cat([obs, torch.randn(6, 2)], 1)).pow(2).mean())
+        act = policy(obs)
+        policy_loss = (alpha * act.pow(2).sum(1, keepdim=True) - critic(torch.cat([obs, act], 1))).mean()
+        update_params(p_opt, policy_loss)
+        update_params(a_opt, -(log_alpha * act.detach().mean()).mean())
+        alpha = log_alpha.exp()
+    """,
+    # The total kept as a number.
+    KEPT_TOTAL.replace("running_loss += loss  # culprit", "running_loss += loss.item()").replace(
+        "running_loss.item()", "running_loss"),
+])
+def test_a_value_of_the_last_pass_still_bound_is_no_growing_graph(code, explain_run, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(code).lstrip())
+    run = explain_run(script)
+    assert (run.returncode, run.findings) == (0, []), run.stderr

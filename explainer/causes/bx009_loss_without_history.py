@@ -59,6 +59,12 @@ loss.backward()""",
             "as it is set, so the loss built from it has nothing to back-propagate (line {backward.row}).",
             "`{carrier}` was kept from a call that ran with autograd off.",
             ("kept from a call with autograd off",)),
+        "run-frozen": Message(
+            "`{carrier}` ({where}) comes from `{module}`, whose parameters train now, yet it has no grad_fn: it was "
+            "made while they were frozen by `{freeze}` (line {freeze_row}), and they were only set trainable again "
+            "at line {unfreeze_row}, after it, so the backward (line {backward.row}) has no graph to go through.",
+            "`{carrier}` was made while `{module}`'s parameters were frozen.",
+            ("made while `{module}` was frozen",)),
         "run-decorated": Message(
             "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
             "{decorator_row}), so it has no grad_fn and there is nothing to back-propagate (line {backward.row}).",

@@ -4,8 +4,10 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..reading.source import Source
+from ..reading.source import Source, canonical
 from .edits import replace
+
+_PARAMETER = frozenset({"nn.Parameter", "torch.nn.Parameter", "Parameter", "nn.parameter.Parameter"})
 
 
 def detach_data(source: Source, stmt: ast.stmt, name: str, leaves: str) -> Fix | None:
@@ -34,3 +36,23 @@ def detach_value(source: Source, stmt: ast.stmt, why: str) -> Fix | None:
     if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
         text = f"({text})"
     return Fix(why, (replace(source, value, f"{text}.detach()"),))
+
+
+def parameter_outside(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
+    """MiniGP's `self.length_scale = torch.exp(nn.Parameter(torch.log(x)))`: the parameter made
+    inside the expression belongs to no module, so no optimizer trains it, and the value keeps
+    the graph built once. The whole value becomes the parameter, as MiniGP's maintainers did
+    (`nn.Parameter(torch.exp(torch.log(x)))`): the user asked for a trained value. It trains
+    what was never trained before: unsafe. None where the statement makes no such parameter."""
+    value = getattr(stmt, "value", None)
+    if not isinstance(stmt, ast.Assign) or not isinstance(value, ast.Call):
+        return None
+    inner = [c for c in ast.walk(value) if c is not value and isinstance(c, ast.Call)
+             and canonical(c.func) in _PARAMETER and len(c.args) == 1 and not c.keywords]
+    if len(inner) != 1:
+        return None
+    callee, made = source.segment(inner[0].func), source.segment(inner[0])
+    whole = source.segment(value).replace(made, source.segment(inner[0].args[0]), 1)
+    return Fix(f"Make `{name}` itself the `{callee}`: the one made inside the expression belongs to no "
+               f"module, so no optimizer trains it (the value then trains, which it never did)",
+               (replace(source, value, f"{callee}({whole})"),), "unsafe")

@@ -162,3 +162,13 @@ def _returns_a_tensor(function: ast.AST) -> bool:
         return node.func.attr in _TENSOR_RESULTS or canonical(node.func.value).split(".")[0] in ("torch", "F")
     returns = [n for n in ast.walk(function) if isinstance(n, ast.Return) and enclosing_function(n) is function]
     return bool(returns) and all(r.value is not None and tensor(r.value) for r in returns)
+
+
+def keep_trainable(source: Source, freeze: ast.stmt, module: str, applicability: str) -> Fix:
+    """Drop the statement that froze `module` before a forward whose output a later loss trains
+    it with (SRGAN-PyTorch's discriminator step freezing the generator that makes `sr`), as the
+    maintainers' rewrite did. Safe where, until the module is trainable again, its output is
+    only read detached: nothing else back-propagates into it meanwhile."""
+    return Fix(f"Keep `{module}` trainable here: drop `{source.segment(freeze).splitlines()[0].strip()}` "
+               f"(line {freeze.lineno}), which freezes its parameters before it makes what a later loss "
+               f"trains it with", (delete_lines(source, freeze),), applicability)

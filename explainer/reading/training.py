@@ -176,6 +176,31 @@ def switches_grad_off(stmt: ast.stmt) -> ast.Call | None:
     return call if name in ("set_grad_enabled", "_set_grad_enabled") and off else None
 
 
+def sets_requires_grad(stmt: ast.stmt) -> tuple[str, bool] | None:
+    """(the module, the value) where `stmt` sets whether a module's parameters require grad:
+    `for p in generator.parameters(): p.requires_grad = False` (or `p.requires_grad_(False)`),
+    or `generator.requires_grad_(False)`."""
+    if isinstance(stmt, ast.For) and len(stmt.body) == 1 and not stmt.orelse and isinstance(stmt.target, ast.Name) \
+            and isinstance(stmt.iter, ast.Call) and isinstance(stmt.iter.func, ast.Attribute) \
+            and stmt.iter.func.attr == "parameters" and not stmt.iter.args:
+        body, name = stmt.body[0], stmt.target.id
+        value = None
+        if isinstance(body, ast.Assign) and len(body.targets) == 1 and src.canonical(body.targets[0]) == f"{name}.requires_grad":
+            value = body.value
+        elif isinstance(body, ast.Expr) and isinstance(body.value, ast.Call) \
+                and src.canonical(body.value.func) == f"{name}.requires_grad_":
+            value = body.value.args[0] if body.value.args else ast.Constant(True)
+        if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+            return src.canonical(stmt.iter.func.value), value.value
+        return None
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
+            and stmt.value.func.attr == "requires_grad_":
+        value = stmt.value.args[0] if stmt.value.args else ast.Constant(True)
+        if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+            return src.canonical(stmt.value.func.value), value.value
+    return None
+
+
 def no_grad_block(node: ast.AST) -> ast.With | ast.AsyncWith | None:
     """The `with torch.no_grad():` around `node`, inside its own function."""
     for ancestor in src.ancestors(node):
@@ -613,13 +638,37 @@ def runs_backward(node: ast.AST, depth: int = 0) -> bool:
                       lambda: any(runs_backward(n, depth + 1) for n in src.own_nodes(helper)))
 
 
-def _returns_history(helper, call: ast.Call, scope, before, strict, ignore, depth, bindings,
-                     position: int | None = None) -> bool:
+def passed_arguments(helper: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr]:
+    """What `call` passes to each of `helper`'s parameters, by name (`self` left out of a method
+    called on an object)."""
     parameters = [a.arg for a in (*helper.args.posonlyargs, *helper.args.args)]
     if parameters[:1] == ["self"] and isinstance(call.func, ast.Attribute):
         parameters = parameters[1:]
-    bound = {name: _Argument(value, scope, before, ignore, bindings) for name, value in zip(parameters, call.args)}
-    bound.update({k.arg: _Argument(k.value, scope, before, ignore, bindings) for k in call.keywords if k.arg})
+    bound = dict(zip(parameters, call.args))
+    bound.update({k.arg: k.value for k in call.keywords if k.arg})
+    return bound
+
+
+def whole_update(helper: ast.FunctionDef) -> tuple[str, str] | None:
+    """(the loss parameter, the optimizer parameter) of a helper that runs a whole update on
+    what it is given: `opt.zero_grad()`, then `loss.backward()`, then `opt.step()` (spirl's
+    `_perform_update(loss, opt, network)`)."""
+    calls = [n.value for n in src.own_nodes(helper) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+             and isinstance(n.value.func, ast.Attribute) and isinstance(n.value.func.value, ast.Name)]
+    parameters = {a.arg for a in (*helper.args.posonlyargs, *helper.args.args, *helper.args.kwonlyargs)}
+
+    def rows(method: str) -> dict[str, int]:
+        return {c.func.value.id: c.lineno for c in calls if c.func.attr == method and c.func.value.id in parameters}
+    zeroed, stepped, backward = rows("zero_grad"), rows("step"), rows("backward")
+    found = [(loss, opt) for loss, row in backward.items() for opt in stepped
+             if zeroed.get(opt, row) < row < stepped[opt]]
+    return found[0] if len(found) == 1 and len(backward) == 1 else None
+
+
+def _returns_history(helper, call: ast.Call, scope, before, strict, ignore, depth, bindings,
+                     position: int | None = None) -> bool:
+    bound = {name: _Argument(value, scope, before, ignore, bindings)
+             for name, value in passed_arguments(helper, call).items()}
     returns = [n for n in src.own_nodes(helper) if isinstance(n, ast.Return) and n.value is not None
                and not under_no_grad(n)]
     return any(has_history(_returned_at(r.value, position), helper, r.lineno + 1, strict=strict, depth=depth + 1,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 import textwrap
 from dataclasses import replace
 
@@ -22,6 +23,7 @@ from ...fixes.edits import (
 from ...fixes.edits import replace as replace_node
 from ...model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
 from ...reading import source as src
+from ...reading.training import helper_called, passed_arguments, runs_backward, whole_update
 from .. import graph, naming
 from ..errors import InplaceDetail, version_facts
 from ..records import StepCall
@@ -81,14 +83,22 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     built_before = [b for b in ctx.bindings() if b.value.grad_fn is not None
                     and id(b.value.grad_fn) in upstream
                     and (step is None or full.seq.get(id(b.value.grad_fn), 0) < step.mark)]
-    built_before.sort(key=lambda b: full.seq.get(id(b.value.grad_fn), 0))
-    carrier = Candidate(built_before[0], "direct") if built_before else None
-    if carrier is not None:
-        carrier.binding = callers_name(ctx, element_of_iterated(ctx, carrier.binding))
-        frame = ctx.frames[carrier.binding.frame_index]
-        row = frame.f_lineno if carrier.binding.frame_index else ctx.call.row if ctx.call else None
-        carrier.located = through_plain_alias(ctx, locate(ctx, carrier.binding, row))
-        carrier.name = name_of(carrier)
+    # The first made, by a statement of the user's (not `conv.weight`, which spectral_norm's
+    # hook computes from `weight_orig` at each call) and named as such (`g_fake` before the `_`
+    # unpacked beside it).
+    built_before.sort(key=lambda b: (b.base.startswith("_"), full.seq.get(id(b.value.grad_fn), 0)))
+    carrier = None
+    for binding in built_before:
+        candidate = Candidate(binding, "direct")
+        candidate.binding = callers_name(ctx, element_of_iterated(ctx, candidate.binding))
+        frame = ctx.frames[candidate.binding.frame_index]
+        row = frame.f_lineno if candidate.binding.frame_index else ctx.call.row if ctx.call else None
+        candidate.located = through_plain_alias(ctx, locate(ctx, candidate.binding, row))
+        candidate.name = name_of(candidate)
+        carrier = carrier or candidate
+        if candidate.located is not None:
+            carrier = candidate
+            break
     step_site = ctx.call_site(step.filename, step.row, step.column) if step else None
     name = parameter_name or _unnamed(detail)
     fixes: list[Fix | None] = []
@@ -155,6 +165,8 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                     edits = edits + (drop,)
             stale = _stale_reads(ctx, recompute, optimizer_parameters(steps))
             fixes.append(Fix(recompute.message, edits, "unsafe" if stale else "safe"))
+        fixes.append(_update_before_the_forward(ctx, source, located, step, steps, failing, full))
+        fixes.append(_own_update_first_through_helper(ctx, carrier, steps))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
         after = _update_after(ctx, source, scope, step, failing, steps)
         if after is not None and _ascends_what_it_descended(ctx):
@@ -703,6 +715,114 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
                f"`{source.segment(block[insert])}` (line {block[insert].lineno}), so this backward takes its "
                f"gradient at the weights its graph was built with, before the other optimizers step them",
                edits, "safe")
+
+
+def _update_before_the_forward(ctx, source, located: Located, step: StepCall, steps, failing,
+                               full: graph.Walk) -> Fix | None:
+    """RN's inpainting GAN builds both losses, then runs `d_loss.backward();
+    dis_optimizer.step(); dis_optimizer.zero_grad()`, and `g_loss.backward()` fails on the
+    discriminator's weights that `g_fake = model.discriminator(prediction)` saved. The
+    discriminator's update moves up, before that forward, as RN's maintainers did: the
+    generator's loss is then built with the stepped discriminator, as after a recompute, and
+    nothing runs twice. Safe where the moved statements read nothing made after the forward,
+    the statements they move past run no update and read no gradient, and nothing those read
+    that was made before the forward brings weights the step changes into this backward's graph
+    (`full`)."""
+    if source is None or failing is None or located.source is not source:
+        return None
+    block = src.enclosing_block(failing)
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    step_stmt = src.innermost_statement(located.scope, step.row)
+    forward, stepped, failed = at.get(id(located.store)), at.get(id(step_stmt)), at.get(id(failing))
+    if forward is None or stepped is None or failed is None or not forward < stepped < failed \
+            or {(s.filename, s.row) for s in steps} != {(source.filename, step_stmt.lineno)}:
+        return None
+    own = _receiver(step_stmt, "step")
+    start, end = stepped, stepped
+    while start - 1 > forward and _only_updates([block[start - 1]]) and any(
+            src.call_named(block[start - 1], name) is not None for name in _UPDATES):
+        start -= 1
+    while end + 1 < failed and _receiver(block[end + 1], "zero_grad") == own:
+        end += 1
+    moved, between = block[start:end + 1], block[forward:start]
+    if own is None or not any(src.call_named(stmt, "backward") is not None for stmt in moved):
+        return None
+    made_between = {n.id for stmt in between for t in src.targets_of(stmt) for n in ast.walk(t)
+                    if isinstance(n, ast.Name)}
+    if made_between & {n for stmt in moved for n in src.names_read(stmt)}:
+        return None
+    if any(src.call_named(stmt, name) is not None for stmt in between for name in _UPDATES) \
+            or any(isinstance(n, ast.Attribute) and n.attr == "grad" for stmt in between for n in ast.walk(stmt)):
+        return None
+    stepped_weights = trained_by(ctx.lookup(own, source.filename))
+    read_between = {n for stmt in between for n in src.names_read(stmt)} - made_between
+    if not stepped_weights or any(b.base in read_between and not b.steps and b.value.grad_fn is not None
+                                  and id(b.value.grad_fn) in full.nodes
+                                  and parameters_under(b.value.grad_fn) & stepped_weights for b in ctx.bindings()):
+        return None
+    first, final = moved[0].lineno, moved[-1].end_lineno
+    lines = source.text.splitlines()[first - 1:final]
+    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
+             insert_lines_before(source, located.store, lines, indent=""))
+    return Fix(f"Update `{own}` before `{located.target_text}` is built: move its update (lines {first}-{final}) "
+               f"before line {located.store.lineno}, so this backward goes through the weights that step made, "
+               f"as after a recompute, with nothing run twice", edits, "safe")
+
+
+def _own_update_first_through_helper(ctx, carrier: Candidate, steps) -> Fix | None:
+    """spirl's SAC agent: `policy_loss = self._compute_policy_loss(...)`, the critics updated by
+    `[self._perform_update(loss, opt, critic) for ... in zip(...)]`, then
+    `self._perform_update(policy_loss, self.policy_opt, self.policy)` fails on the critics'
+    weights its graph saved. The helper zeroes, back-propagates and steps: the policy's call
+    moves before the first statement after its loss that runs a backward, as spirl did (its own
+    update first, as `_own_update_first` does for an update written out). Safe where what the
+    statements it moves past read needs none of the weights it steps, they do not name its
+    optimizer or what it reads, and each backward among them runs through such a helper, which
+    zeroes what this backward leaves in their parameters first."""
+    located = carrier.located
+    if located is None or not carrier.binding.frame_index:
+        return None
+    frame, source, scope = ctx.frames[carrier.binding.frame_index], located.source, located.scope
+    moved = src.innermost_statement(scope, frame.f_lineno)
+    if frame.f_code.co_filename != source.filename or not isinstance(moved, ast.Expr) \
+            or not isinstance(moved.value, ast.Call):
+        return None
+    helper = helper_called(moved.value, scope)
+    roles = whole_update(helper) if helper is not None else None
+    if roles is None:
+        return None
+    optimizer = passed_arguments(helper, moved.value).get(roles[1])
+    own = ctx.lookup(src.canonical(optimizer), source.filename) if optimizer is not None else None
+    block = src.enclosing_block(moved)
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    built, failed = at.get(id(located.store)), at.get(id(moved))
+    if not isinstance(own, torch.optim.Optimizer) or built is None or failed is None \
+            or any(s.optimizer() is own for s in steps):
+        return None
+    insert = next((i for i in range(built + 1, failed) if any(runs_backward(n) for n in ast.walk(block[i]))), None)
+    if insert is None:
+        return None
+    between = block[insert:failed]
+    for node in (n for stmt in between for n in ast.walk(stmt)):
+        if isinstance(node, ast.Call) and runs_backward(node):
+            inner = helper_called(node, scope)
+            if inner is None or whole_update(inner) is None:
+                return None  # a backward that does not zero its optimizer's gradients first
+    made_between = {n.id for stmt in between for t in src.targets_of(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+    named = {src.canonical(a) for a in moved.value.args} | {src.canonical(k.value) for k in moved.value.keywords}
+    text = "\n".join(source.segment(stmt) for stmt in between)
+    if src.names_read(moved) & made_between \
+            or any(name and re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text) for name in named):
+        return None
+    stepped = trained_by(own)
+    read_between = {n for stmt in between for n in src.names_read(stmt)}
+    if any(b.frame_index == carrier.binding.frame_index and b.base in read_between
+           and b.value.grad_fn is not None and parameters_under(b.value.grad_fn) & stepped for b in ctx.bindings()):
+        return None
+    edits = (delete_lines(source, moved), insert_lines_before(source, block[insert], statement_text(source, moved)))
+    return Fix(f"Update with `{source.segment(moved.value.func)}(...)` first: move `{source.segment(moved)}` "
+               f"(line {moved.lineno}) before line {block[insert].lineno}, so this backward takes its gradient at "
+               f"the weights its graph was built with, before the other updates step them", edits, "safe")
 
 
 def _receiver(stmt: ast.stmt, method: str) -> str | None:

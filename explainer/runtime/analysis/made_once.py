@@ -29,7 +29,8 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
         # Made from weights no optimizer trains (`latent_avg` from a frozen decoder): a constant,
         # which recomputing in each forward would only make slower (and, drawn at random, different).
         untrained = _untrained_leaves(ctx, candidate)
-        fixes = [constant_data.detach_data(located.source, located.store, name, untrained)] if untrained else []
+        fixes = [constant_data.parameter_outside(located.source, located.store, name),
+                 constant_data.detach_data(located.source, located.store, name, untrained)] if untrained else []
         fixes.append(move_into_loop.inline_attribute(located.source, located.class_node, located.store,
                                                      located.target_text))
         return finding("BX004", "run-init", "second-backward", freed_graph(ctx, name, located, previous, "grows"),

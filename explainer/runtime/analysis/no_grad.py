@@ -12,7 +12,13 @@ from ...fixes import forget_on_train, undo_cut
 from ...fixes.edits import node_start
 from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
-from ...reading.training import called_without_graph, no_grad_block, no_grad_decorator, switches_grad_off
+from ...reading.training import (
+    called_without_graph,
+    no_grad_block,
+    no_grad_decorator,
+    sets_requires_grad,
+    switches_grad_off,
+)
 from .. import naming
 from .context import Context
 from .evidence import culprit_at, finding
@@ -55,7 +61,7 @@ def explain_no_grad(ctx: Context) -> Finding | None:
                            if isinstance(call, ast.Call) and _trains(runtime_value(where, call.func))), None)
             if module is not None:
                 trained = (where, assignment, module)
-    found = _grad_off(ctx, *trained) if trained is not None else None
+    found = (_grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) if trained is not None else None
     return found or _kept_without_grad(ctx, source, made) or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None)
 
 
@@ -220,6 +226,39 @@ def _grad_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Findi
         return finding("BX009", "run-grad-off", "no-grad", evidence, [_assigned(where.source, assignment)],
                        [undo_cut.enable_grad_around(source, stmt)])
     return _left_off(ctx, where, assignment, module) if not torch.is_grad_enabled() else None
+
+
+def _frozen_when_made(ctx: Context, where: Scope, assignment, module: ast.expr) -> Finding | None:
+    """SRGAN-PyTorch's loop freezes the generator for the discriminator's update (`for p in
+    generator.parameters(): p.requires_grad = False`), makes `sr = generator(lr)` there, then
+    sets the generator trainable again and trains it with a loss on `sr`: made while its
+    parameters were frozen, `sr` has no graph. The freeze before it is named; dropping it is
+    safe where, until the module is trainable again, what the stretch makes from it is only
+    read detached (`discriminator(sr.detach())`)."""
+    stmt, scope, module_text = assignment.stmt, where.node, src.canonical(module)
+    settings = sorted(((s, setting[1]) for s in src.own_nodes(scope) if isinstance(s, ast.stmt)
+                       and (setting := sets_requires_grad(s)) is not None and setting[0] == module_text),
+                      key=lambda pair: pair[0].lineno)
+    before = [(s, on) for s, on in settings if s.end_lineno < stmt.lineno]
+    if not before or before[-1][1]:
+        return None
+    freeze = before[-1][0]
+    unfreeze = next((s for s, on in settings if on and s.lineno > stmt.lineno), None)
+    if unfreeze is None:
+        return None
+    name = where.source.segment(assignment.target)
+    end = unfreeze.lineno
+    reads = [n for n in ast.walk(scope) if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load)
+             and stmt.end_lineno < n.lineno < end and src.canonical(n) == src.canonical(assignment.target)]
+    only_detached = all(isinstance(p := src.parent(n), ast.Attribute) and p.attr in ("detach", "data") for n in reads)
+    calls = [c for c in ast.walk(scope) if isinstance(c, ast.Call) and src.canonical(c.func) == module_text
+             and freeze.lineno < c.lineno < end]
+    safe = only_detached and len(calls) == 1
+    evidence = Evidence(name, _site(where.source, stmt), ctx.backward_site(), advice="no-graph",
+                        facts=(("module", module_text), ("freeze", where.source.segment(freeze).splitlines()[0].strip()),
+                               ("freeze_row", freeze.lineno), ("unfreeze_row", unfreeze.lineno)))
+    return finding("BX009", "run-frozen", "no-grad", evidence, [_assigned(where.source, assignment)],
+                   [undo_cut.keep_trainable(where.source, freeze, module_text, "safe" if safe else "unsafe")])
 
 
 def _left_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Finding | None:
