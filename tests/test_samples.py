@@ -30,6 +30,10 @@ NOT_YET: dict[str, str] = {
     "real/anomaly_prediction_d_step_before_g_backward": "every fix offered steps each optimizer with its own loss's "
                                                         "gradients; the twin steps both after both backwards, "
                                                         "so the generator's loss also reaches the discriminator's",
+    "real/bppnet_dis_step_before_unet_backward": "the weight is named at the caller's line that passes the "
+                                                  "loss on (230), not the forward inside `process()` (198); no "
+                                                  "fix moves the discriminator's update across the two methods, "
+                                                  "as the maintainer did",
     "real/gpytorch_exact_gp_mean_cache": "fixes[0] stores the cache detached, as the twin does, but unsafe: "
                                          "nothing proves the stored cache is not read again in the step that "
                                          "stores it",
