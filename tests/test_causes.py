@@ -93,7 +93,8 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "grad_off": "`@torch.no_grad()` on `step`", "made": "self.fake_B", "detached_row": 6, "plain_rows": "7",
          "error": "invalid syntax", "method": "meter.update", "consumer": "finish_episode",
          "switch": "torch.set_grad_enabled(False)", "switch_file": "/w/train.py", "switch_row": 4,
-         "switch_function": "evaluate"}
+         "switch_function": "evaluate", "iterations": 3, "kept_aside": True, "freeze": "for p in gen.parameters():",
+         "freeze_row": 3, "unfreeze_row": 9}
 
 
 def evidence(**changes) -> Evidence:

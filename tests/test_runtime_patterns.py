@@ -1614,6 +1614,25 @@ def test_a_memory_chained_onto_the_one_stored_before_is_stored_detached(explain_
         update_params(a_opt, -(log_alpha * act.detach().mean()).mean())
         alpha = log_alpha.exp()
     """,
+    # spd's PGD: the last step's loss, still bound, is seen again by every `autograd.grad` of
+    # the attack's inner loop; each look counts one more span of the same value.
+    """
+    import torch
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        x = torch.randn(8, 4)
+        faithfulness = model(x).abs().mean()
+        delta = torch.zeros_like(x, requires_grad=True)
+        for _ in range(3):
+            attack = model(x + delta).pow(2).mean()
+            (grad,) = torch.autograd.grad(attack, delta)
+            delta = (delta + 0.1 * grad.sign()).detach().requires_grad_(True)
+        total_loss = model(x + delta).pow(2).mean() + faithfulness
+        opt.zero_grad()
+        total_loss.backward()
+        opt.step()
+    """,
     # The total kept as a number.
     KEPT_TOTAL.replace("running_loss += loss  # culprit", "running_loss += loss.item()").replace(
         "running_loss.item()", "running_loss"),

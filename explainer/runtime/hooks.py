@@ -64,6 +64,11 @@ _last_user_code: list = [None]
 # Call sites whose graph was already checked for growth, with how often.
 _growth_checks: dict[tuple, int] = {}
 _GROWTH_CHECKS_PER_SITE = 8
+# How many more backward calls that retain nothing look for a graph kept aside (a running total
+# of the loss): it shows from the third call, so the first ones of the process are enough, and
+# the calls after them pay one test.
+_KEPT_CHECKS = 10
+_kept_checks: list = [_KEPT_CHECKS]
 # What `install` was given: called with (error, call, roots, caller frame, recent calls, recent
 # steps, recent loads) when an autograd error escapes a backward call, and with (call, roots, caller frame,
 # recent calls, recent steps) -> whether it warned, when a call retains a graph or is one of the
@@ -146,9 +151,11 @@ def hooked({parameters}):
     call = (next(ticks), peek(), {root_ids}, code,
             caller.f_lasti if caller is not None else 0, retain, create, kind)
     calls = state[1]
-    # A higher-order graph spans its steps on purpose (MAML). A graph kept aside shows by the
-    # third backward: only the first ten calls look for one.
-    if calls and not create and (retain or len(calls) < 10):
+    if retain:
+        if not create and calls:  # a higher-order graph spans its steps on purpose (MAML)
+            check_growth(call, {roots}, caller)
+    elif kept_checks[0] and calls:  # a graph kept aside shows in the first iterations
+        kept_checks[0] -= 1
         check_growth(call, {roots}, caller)
     state[0] = 1
     try:
@@ -166,7 +173,7 @@ def hooked({parameters}):
 _TEMPLATE_NAMES = {
     "dynamo_tracing", "compiler", "state", "caller", "code", "user_code", "create", "retain", "call", "calls",
     "error", "original", "per_thread", "getframe", "library", "user_frame", "ticks", "peek", "kind",
-    "check_growth", "explain_into",
+    "check_growth", "explain_into", "kept_checks",
 }
 
 
@@ -231,7 +238,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
     namespace = {
         "original": original, "per_thread": _local, "getframe": sys._getframe,
         "library": is_library_file, "user_code": _last_user_code, "user_frame": outside_libraries, "ticks": _ticks,
-        "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth,
+        "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth, "kept_checks": _kept_checks,
         "explain_into": _explain_into, "dynamo_tracing": _dynamo_tracing, "compiler": _compiler,
     }
     parameters, forward = _parameter_lists(signature, namespace)
@@ -363,6 +370,7 @@ def uninstall() -> None:
     _steps.clear()
     _loads.clear()
     _growth_checks.clear()
+    _kept_checks[0] = _KEPT_CHECKS
     _step_depth.clear()
     _last_user_code[0] = None
     journal.clear()

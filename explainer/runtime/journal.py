@@ -1,4 +1,5 @@
-"""What has been explained in this process: plain Findings, never tensors or frames.
+"""What has been explained in this process: plain Findings, never tensors or frames (and, to
+see a kept graph grow, how many iterations each kept tensor's graph spanned, by its name).
 
 Front-ends read it: `explainer run --json` writes the warnings and the finding of the error that
 ended the script; `%explain` shows the last one again.
@@ -16,9 +17,10 @@ _by_error: OrderedDict[int, Finding] = OrderedDict()
 _warnings: list[Finding] = []
 _warned_at: dict[int, Finding] = {}  # backward call tick -> the warning given before it ran
 _last: list[Finding] = []
-# (file, function, expression) of a tensor the user keeps -> how many earlier iterations its
-# graph spanned when last looked at: growth is seen by looking twice.
-_spans: dict[tuple[str, str, str], int] = {}
+# (file, function, expression) of a tensor the user keeps -> (the sequence number of its graph's
+# top, how many earlier iterations the graph spanned) when last looked at: growth is seen by
+# looking twice.
+_spans: dict[tuple[str, str, str], tuple[int, int]] = {}
 
 
 _last_error: list[Finding] = []
@@ -91,9 +93,9 @@ def last() -> Finding | None:
         return _last[0] if _last else None
 
 
-def spans_before(key: tuple[str, str, str], spans: int) -> int | None:
-    """How many iterations the graph of the tensor `key` names spanned when last looked at
-    (None the first time); `spans` is remembered for the next look."""
+def spans_before(key: tuple[str, str, str], spans: tuple[int, int]) -> tuple[int, int] | None:
+    """(top, iterations) of the tensor `key` names when last looked at (None the first time);
+    `spans` is remembered for the next look."""
     with _lock:
         before = _spans.get(key)
         if before is None and len(_spans) >= 4 * _MAX:

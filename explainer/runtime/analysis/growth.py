@@ -88,15 +88,18 @@ def explain_graph_growth(ctx: Context) -> Finding | None:
 def _kept_graph(ctx: Context) -> Finding | None:
     """No retain_graph=True and no error: a tensor bound in the user's frames (labelmodels'
     `running_loss += loss`, ml-agents' critic memory filed per agent) holds history made in at
-    least two earlier iterations, more than when the previous call looked, and this backward
-    does not go through it. Iterations are told apart by this call's own line (a GAN's previous
-    generator loss, made across the discriminator's and the generator's backward calls, is one
-    iteration's value); a value that spans as many each time (toshikwa's `policy_loss`, reading
-    the `self.alpha` of the pass before, through a helper that runs every backward) does not
-    grow. A graph a backward already freed can never be back-propagated again; one no backward
-    went through is only taken for a leak when it spans three, the value of each iteration made
-    from the one before. Detaching it changes no gradient of this step, whose graph does not
-    reach it: the fix is safe."""
+    least two earlier iterations, a new value spanning more than the one the previous call
+    looked at, and this backward does not go through it.
+
+    Iterations are told apart by this call's own line (a GAN's previous generator loss, made
+    across the discriminator's and the generator's backward calls, is one iteration's value). A
+    value that spans as many each time does not grow (toshikwa's `policy_loss`, reading the
+    `self.alpha` of the pass before, through a helper that runs every backward), nor does the
+    same value seen again (spd's loss of the last step, at every PGD step's `autograd.grad`).
+    A graph a backward already freed can never be back-propagated again; one no backward went
+    through is only taken for a leak when it spans three, the value of each iteration made from
+    the one before. Detaching it changes no gradient of this step, whose graph does not reach
+    it: the fix is safe."""
     if ctx.call is None:
         return None
     site = (ctx.call.filename, ctx.call.row)
@@ -108,10 +111,12 @@ def _kept_graph(ctx: Context) -> Finding | None:
     spans = _stale_spans([b.value.grad_fn for b in bindings], marks)
     grown = []
     for i, binding in enumerate(bindings):
-        count = bin(spans.get(id(binding.value.grad_fn), 0)).count("1")
+        top, count = binding.value.grad_fn._sequence_nr(), bin(spans.get(id(binding.value.grad_fn), 0)).count("1")
         frame = ctx.frames[binding.frame_index]
-        before = journal.spans_before((frame.f_code.co_filename, frame.f_code.co_name, binding.expression), count)
-        if count >= 2 and before is not None and count > before:
+        before = journal.spans_before((frame.f_code.co_filename, frame.f_code.co_name, binding.expression),
+                                      (top, count))
+        # A new value, spanning more: the same value seen again only has its last span counted now.
+        if count >= 2 and before is not None and before[0] != top and count > before[1]:
             grown.append((-count, i))
     current = None
     for count, i in sorted(grown):
@@ -136,10 +141,10 @@ def _kept_finding(ctx: Context, candidate, iterations: int) -> Finding | None:
     located = candidate.located
     if located is None:
         return None
-    if candidate.relation == "direct" and accumulate_item.add_detached(located.source, candidate.name,
-                                                                       located.assignment) is not None:
+    fix = accumulate_item.add_detached(located.source, candidate.name, located.assignment) \
+        if candidate.relation == "direct" else None
+    if fix is not None:
         code, variant = "BX002", "run-kept-total"
-        fix = accumulate_item.add_detached(located.source, candidate.name, located.assignment)
     else:
         code, variant = "BX005", "run-kept-stored"
         # `self.memory[agent] = state`, a tuple: the binding is one of its elements.

@@ -88,7 +88,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     # unpacked beside it).
     built_before.sort(key=lambda b: (b.base.startswith("_"), full.seq.get(id(b.value.grad_fn), 0)))
     carrier = None
-    for binding in built_before:
+    for binding in built_before[:8]:
         candidate = Candidate(binding, "direct")
         candidate.binding = callers_name(ctx, element_of_iterated(ctx, candidate.binding))
         frame = ctx.frames[candidate.binding.frame_index]
