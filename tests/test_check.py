@@ -89,7 +89,8 @@ SAFELY_FIXED = [s for s in manifest.samples() + manifest.real_cases() + manifest
 def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases():
     assert len([s for s in SAFELY_FIXED if s in manifest.samples()]) >= 25
     assert [s.name for s in SAFELY_FIXED if s in manifest.real_cases()] == [
-        "real/infini_attention_memory", "real/pytorch_gan_wgan_fake_imgs", "real/srgan_d_step_before_g_loss"]
+        "real/infini_attention_memory", "real/labelmodels_running_loss_graph", "real/ml2021_hw7_train_loss_graph",
+        "real/pytorch_gan_wgan_fake_imgs", "real/srgan_d_step_before_g_loss"]
 
 
 @pytest.mark.parametrize("sample", SAFELY_FIXED, ids=lambda s: s.name)
@@ -175,6 +176,13 @@ def test_a_tensor_the_next_optimizer_does_not_train_is_detached_for_its_update()
     found = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
     assert [e.content for e in found[0].fix.edits] == ["advantage.detach()"]
     assert "`actor_opt.step()`" in found[0].fix.message
+
+
+def test_a_total_read_as_a_tensor_is_added_up_detached_not_as_a_number():
+    code, text = invalid_case("a total logged with .item() (ML2021)")
+    (found,) = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
+    assert [e.content for e in found.fix.edits] == ["output.loss.detach()"]
+    assert found.fix.applicability == "safe"
 
 
 def test_a_value_extended_after_the_backward_is_kept_detached_whole():

@@ -448,6 +448,8 @@ def _has_history(node: ast.AST, scope: ast.AST, before: int, strict: bool, ignor
             return any(recurse(item, row) for item, row in filled if item is not None)
         if value is not None and recurse(value, last.stmt.lineno):
             return True
+        if isinstance(last.stmt, ast.AugAssign) and recurse(node, last.stmt.lineno):
+            return True  # `loss += self._get_regularization_loss()`: the loss keeps the history it had
         # `states = torch.zeros(n, d)`, then `states[h] = state` in a rollout: a tensor written
         # into with a value that has history has it too.
         return any(item.value is not None and last.stmt.lineno < item.stmt.lineno < before

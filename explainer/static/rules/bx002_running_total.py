@@ -43,8 +43,12 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             if _summed_for_one_backward(stmt, total, training.scope):
                 continue
             receiver = _backward_receiver(training.loop, total)
-            fix = accumulate_item.accumulate_with_item(
-                module.source, total, src.Assignment(stmt, src.targets_of(stmt)[0]), receiver)
+            assignment = src.Assignment(stmt, src.targets_of(stmt)[0])
+            if receiver is None and _read_as_a_tensor(training.scope, total):
+                # `train_loss.item()` when logging (ML2021's HW7): a number would fail there.
+                fix = accumulate_item.add_detached(module.source, total, assignment)
+            else:
+                fix = accumulate_item.accumulate_with_item(module.source, total, assignment, receiver)
             if fix is not None and not has_history(term, training.scope, stmt.lineno, strict=True, ignore=total) \
                     and not _back_propagated(training.loop, term):
                 fix = fix.unproven()  # `.item()` on a term the source does not show to be a tensor
@@ -52,6 +56,17 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             yield module.finding(CODE, "total", target, fix, carrier=module.source.segment(target), made_at=stmt,
                                  term=module.source.segment(term), backpropagated=receiver is not None)
         yield from _kept_by_trackers(module, training)
+
+
+# Methods only a tensor has, not the number `.item()` would leave.
+_TENSOR_METHODS = frozenset({"item", "cpu", "cuda", "to", "detach", "numpy", "tolist", "clone"})
+
+
+def _read_as_a_tensor(scope: ast.AST, total: str) -> bool:
+    """Whether `scope` calls a tensor's method on `total` (`train_loss.item()`)."""
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr in _TENSOR_METHODS and src.canonical(node.func.value) == total
+               for node in ast.walk(scope))
 
 
 def _kept_by_trackers(module, training) -> Iterator[Finding]:
@@ -212,6 +227,36 @@ INVALID: list[Invalid] = [
                     loss.backward()
                     opt.step()
                     self.meter.add(loss)
+    """),
+    # ML2021's HW7 (pai4451/ML2021#2): the total is logged with `.item()`, so it is added up
+    # detached; `.item()` would leave a number that the log line fails on.
+    Invalid("a total logged with .item() (ML2021)", """
+        train_loss = 0
+        for step, batch in enumerate(batches):
+            output = model(batch)
+            output.loss.backward()
+            optimizer.step()
+            train_loss += output.loss
+            if step % 4 == 0:
+                print(train_loss.item() / 4)
+                train_loss = 0
+    """),
+    # labelmodels (BatsResearch/labelmodels#4): the loss gets a regulariser added in place, and
+    # keeps the history it had.
+    Invalid("a loss given a regulariser in place, then added up (labelmodels)", """
+        class LabelModel(nn.Module):
+            def _get_regularization_loss(self):
+                return 0.0
+
+            def fit(self, batches, optimizer):
+                running_loss = 0.0
+                for inputs in batches:
+                    optimizer.zero_grad()
+                    loss = -1 * torch.mean(self(*inputs))
+                    loss += self._get_regularization_loss()
+                    loss.backward()
+                    optimizer.step()
+                    running_loss += loss
     """),
 ]
 VALID: list[Valid] = [
