@@ -1642,3 +1642,30 @@ def test_a_value_of_the_last_pass_still_bound_is_no_growing_graph(code, explain_
     script.write_text(textwrap.dedent(code).lstrip())
     run = explain_run(script)
     assert (run.returncode, run.findings) == (0, []), run.stderr
+
+
+def test_an_update_does_not_move_before_a_statement_that_reads_what_it_binds(explain_run, tmp_path):
+    """rlkit's order (the policy updated before the critic) would move `norm = ...` before the
+    line that logs the last pass's `norm`: that reordering is not offered."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+
+        policy, critic = torch.nn.Linear(3, 2), torch.nn.Linear(5, 1)
+        p_opt, q_opt = torch.optim.SGD(policy.parameters(), lr=0.1), torch.optim.SGD(critic.parameters(), lr=0.1)
+        norm = 0.0
+        for step in range(3):
+            obs = torch.randn(6, 3)
+            policy_loss = -critic(torch.cat([obs, policy(obs)], 1)).mean()
+            q_loss = critic(torch.cat([obs, torch.randn(6, 2)], 1)).pow(2).mean()
+            q_opt.zero_grad()
+            q_loss.backward()
+            print(f"{norm:.3f}")
+            q_opt.step()
+            p_opt.zero_grad()
+            policy_loss.backward()
+            norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0))
+            p_opt.step()
+    """).lstrip())
+    (finding,) = explain_run(script).findings
+    assert finding["fixes"] and not [f for f in finding["fixes"] if f["message"].startswith("Update `p_opt` first")]

@@ -532,6 +532,13 @@ def names_read(node: ast.AST) -> set[str]:
         n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)), subtree_only=True))
 
 
+def names_bound(statements) -> set[str]:
+    """The names `statements` assign (`a` and `b` of `a, b = f(x)`; not `self` of `self.x = y`,
+    which the assignment reads)."""
+    return {n.id for stmt in statements for target in targets_of(stmt) for n in ast.walk(target)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
 def call_receiver(stmt: ast.AST, method: str) -> ast.expr | None:
     """`loss` for a statement containing `loss.backward(...)`."""
     for node in ast.walk(stmt):

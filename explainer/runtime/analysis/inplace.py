@@ -622,7 +622,7 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     if not any(src.call_named(stmt, "backward") is not None for stmt in moved):
         return None
     end = next((stmt for stmt in block[at[id(failing)]:] if _receiver(stmt, "step") is not None), failing)
-    bound = {name for stmt in moved for target in src.targets_of(stmt) for name in src.names_read(target)}
+    bound = src.names_bound(moved)
     if bound & {name for stmt in block[last + 1:at[id(end)] + 1] for name in src.names_read(stmt)}:
         return None  # a statement before the new place reads what the moved ones make
     retain = graph_options.add_retain_graph(source, call, "")
@@ -688,8 +688,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
     moved, between = block[start:end + 1], block[insert:start] if insert is not None else []
     if insert is None or not _only_updates(moved):
         return None
-    bound_between = {n for stmt in between for t in src.targets_of(stmt) for n in src.names_read(t)}
-    bound_moved = {n for stmt in moved for t in src.targets_of(stmt) for n in src.names_read(t)}
+    bound_between, bound_moved = src.names_bound(between), src.names_bound(moved)
     if bound_between & {n for stmt in moved for n in src.names_read(stmt)} \
             or bound_moved & {n for stmt in between for n in src.names_read(stmt)}:
         return None
@@ -747,8 +746,7 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
     moved, between = block[start:end + 1], block[forward:start]
     if own is None or not any(src.call_named(stmt, "backward") is not None for stmt in moved):
         return None
-    made_between = {n.id for stmt in between for t in src.targets_of(stmt) for n in ast.walk(t)
-                    if isinstance(n, ast.Name)}
+    made_between = src.names_bound(between)
     if made_between & {n for stmt in moved for n in src.names_read(stmt)}:
         return None
     if any(src.call_named(stmt, name) is not None for stmt in between for name in _UPDATES) \
@@ -808,7 +806,7 @@ def _own_update_first_through_helper(ctx, carrier: Candidate, steps) -> Fix | No
             inner = helper_called(node, scope)
             if inner is None or whole_update(inner) is None:
                 return None  # a backward that does not zero its optimizer's gradients first
-    made_between = {n.id for stmt in between for t in src.targets_of(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+    made_between = src.names_bound(between)
     named = {src.canonical(a) for a in moved.value.args} | {src.canonical(k.value) for k in moved.value.keywords}
     text = "\n".join(source.segment(stmt) for stmt in between)
     if src.names_read(moved) & made_between \
