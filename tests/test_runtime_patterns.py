@@ -1032,8 +1032,8 @@ PATTERNS = {
 
             def update(self, obs, action, target):
                 act = self.policy(obs)
-                q = torch.min(*[c(torch.cat([obs, act], 1)) for c in self.critics])
-                policy_loss = -q.mean()  # culprit
+                q = torch.min(*[c(torch.cat([obs, act], 1)) for c in self.critics])  # culprit
+                policy_loss = -q.mean()
                 critic_losses = [(c(torch.cat([obs, action], 1)) - target).pow(2).mean() for c in self.critics]
                 [self._perform_update(loss, opt, critic)
                     for loss, opt, critic in zip(critic_losses, self.critic_opts, self.critics)]
