@@ -419,8 +419,13 @@ def _outside_reads(ctx, recompute: Fix) -> list:
         for node in ast.walk(tree):
             if isinstance(node, ast.Name):
                 (made if isinstance(node.ctx, ast.Store) else read).add(node.id)
-    outside = read - made
-    return [b for b in ctx.bindings() if b.base in outside and not b.steps and b.value.grad_fn is not None]
+    return _with_history(ctx, read - made)
+
+
+def _with_history(ctx, names: set[str]) -> list:
+    """The bindings of the plain names `names` (not an attribute or element of them) whose value
+    has history."""
+    return [b for b in ctx.bindings() if b.base in names and not b.steps and b.value.grad_fn is not None]
 
 
 def _reads_history(ctx, located: Located) -> bool:
@@ -647,9 +652,7 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
             return None
         own = f"[p for group in {source.segment(stepped)}.param_groups for p in group['params']]"
         text = apply_edits(text, [graph_options.insert_keyword(source, backward[0], f"inputs={own}")])
-    lines = text.splitlines()[first - 1:final]
-    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
-             insert_lines_after(source, end, lines, indent=""), *(retain.edits if retain is not None else ()))
+    edits = (*_move_lines(source, moved, end, after=True, text=text), *(retain.edits if retain is not None else ()))
     following = f"`{source.segment(end)}` (line {end.lineno})"
     return Fix(f"Move the update of `{source.segment(stepped)}` (lines {first}-{final}) after {following}, and keep "
                f"this backward's graph for it with `retain_graph=True`: both backward calls then go through the "
@@ -707,9 +710,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
                     or parameters_under(loss.grad_fn) & stepped or later_step not in zeroed:
                 return None
     first, final = moved[0].lineno, moved[-1].end_lineno
-    lines = source.text.splitlines()[first - 1:final]
-    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
-             insert_lines_before(source, block[insert], lines, indent=""))
+    edits = _move_lines(source, moved, block[insert])
     return Fix(f"Update `{own}` first: move its update (lines {first}-{final}) before "
                f"`{source.segment(block[insert])}` (line {block[insert].lineno}), so this backward takes its "
                f"gradient at the weights its graph was built with, before the other optimizers step them",
@@ -754,14 +755,11 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
         return None
     stepped_weights = trained_by(ctx.lookup(own, source.filename))
     read_between = {n for stmt in between for n in src.names_read(stmt)} - made_between
-    if not stepped_weights or any(b.base in read_between and not b.steps and b.value.grad_fn is not None
-                                  and id(b.value.grad_fn) in full.nodes
-                                  and parameters_under(b.value.grad_fn) & stepped_weights for b in ctx.bindings()):
+    if not stepped_weights or any(id(b.value.grad_fn) in full.nodes and parameters_under(b.value.grad_fn) & stepped_weights
+                                  for b in _with_history(ctx, read_between)):
         return None
     first, final = moved[0].lineno, moved[-1].end_lineno
-    lines = source.text.splitlines()[first - 1:final]
-    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
-             insert_lines_before(source, located.store, lines, indent=""))
+    edits = _move_lines(source, moved, located.store)
     return Fix(f"Update `{own}` before `{located.target_text}` is built: move its update (lines {first}-{final}) "
                f"before line {located.store.lineno}, so this backward goes through the weights that step made, "
                f"as after a recompute, with nothing run twice", edits, "safe")
@@ -814,13 +812,24 @@ def _own_update_first_through_helper(ctx, carrier: Candidate, steps) -> Fix | No
         return None
     stepped = trained_by(own)
     read_between = {n for stmt in between for n in src.names_read(stmt)}
-    if any(b.frame_index == carrier.binding.frame_index and b.base in read_between
-           and b.value.grad_fn is not None and parameters_under(b.value.grad_fn) & stepped for b in ctx.bindings()):
+    if any(b.frame_index == carrier.binding.frame_index and parameters_under(b.value.grad_fn) & stepped
+           for b in _with_history(ctx, read_between)):
         return None
     edits = (delete_lines(source, moved), insert_lines_before(source, block[insert], statement_text(source, moved)))
     return Fix(f"Update with `{source.segment(moved.value.func)}(...)` first: move `{source.segment(moved)}` "
                f"(line {moved.lineno}) before line {block[insert].lineno}, so this backward takes its gradient at "
                f"the weights its graph was built with, before the other updates step them", edits, "safe")
+
+
+def _move_lines(source, moved: list[ast.stmt], anchor: ast.stmt, after: bool = False,
+                text: str | None = None) -> tuple[Edit, Edit]:
+    """Cut the lines of `moved`, a run of statements of one block, and put them back as they are
+    (from `text`, where they were edited first) before `anchor`, or after it: the edits of every
+    reordering that moves a whole update."""
+    first, final = moved[0].lineno, moved[-1].end_lineno
+    lines = (source.text if text is None else text).splitlines()[first - 1:final]
+    insert = insert_lines_after if after else insert_lines_before
+    return Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)), insert(source, anchor, lines, indent="")
 
 
 def _receiver(stmt: ast.stmt, method: str) -> str | None:
