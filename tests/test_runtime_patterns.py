@@ -1528,6 +1528,12 @@ KEPT_MEMORY = """
 @pytest.mark.parametrize("code, variant, culprit_name, fixed", [
     # labelmodels (BatsResearch/labelmodels#4): the total adds up each loss with its graph.
     (KEPT_TOTAL, "run-kept-total", "running_loss", "running_loss += loss.detach()"),
+    # ImVisible (samuelyu2002/ImVisible#2): two totals kept the same way, one warning and one
+    # fix for both, so the fixed script does not warn about the second.
+    (KEPT_TOTAL.replace("running_loss += loss  # culprit", "running_loss += loss  # culprit\n"
+                        "        running_norm += model.weight.norm()").replace(
+        "running_loss = 0.0", "running_loss = running_norm = 0.0"),
+     "run-kept-total", "running_loss", "running_norm += model.weight.norm().detach()"),
 ])
 def test_a_graph_kept_aside_and_growing_is_named_where_it_is_kept(code, variant, culprit_name, fixed, explain_run,
                                                                   tmp_path):

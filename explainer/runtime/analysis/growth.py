@@ -119,6 +119,7 @@ def _kept_graph(ctx: Context) -> Finding | None:
         if count >= 2 and before is not None and before[0] != top and count > before[1]:
             grown.append((-count, i))
     current = None
+    kept = []
     for count, i in sorted(grown):
         count = -count
         grad_fn = bindings[i].value.grad_fn
@@ -131,13 +132,15 @@ def _kept_graph(ctx: Context) -> Finding | None:
             return None  # too big to tell whether this backward goes through it
         if id(grad_fn) in current.nodes:
             continue  # this backward goes through it
-        found = _kept_finding(ctx, held(ctx, bindings[i]), count)
+        kept.append((held(ctx, bindings[i]), count))
+    for k, (candidate, count) in enumerate(kept):
+        found = _kept_finding(ctx, candidate, count, [other for other, _ in kept[k + 1:]])
         if found is not None:
             return found
     return None
 
 
-def _kept_finding(ctx: Context, candidate, iterations: int) -> Finding | None:
+def _kept_finding(ctx: Context, candidate, iterations: int, others: list) -> Finding | None:
     located = candidate.located
     if located is None:
         return None
@@ -145,6 +148,7 @@ def _kept_finding(ctx: Context, candidate, iterations: int) -> Finding | None:
         if candidate.relation == "direct" else None
     if fix is not None:
         code, variant = "BX002", "run-kept-total"
+        fix = _with_every_total(fix, candidate, others)
     else:
         code, variant = "BX005", "run-kept-stored"
         # `self.memory[agent] = state`, a tuple: the binding is one of its elements.
@@ -154,6 +158,29 @@ def _kept_finding(ctx: Context, candidate, iterations: int) -> Finding | None:
     evidence = Evidence(candidate.name, made_at(ctx, located), ctx.backward_site(),
                         facts=(("iterations", iterations), ("kept_aside", True)))
     return finding(code, variant, "graph-growth", evidence, [culprit(ctx, candidate)], [fix])
+
+
+def _with_every_total(first: Fix, candidate, others: list) -> Fix:
+    """`first` and the same detach for each other total kept the same way in the same source
+    (ImVisible adds up `loss`, `MSE` and `cross_entropy`, each in its own total): one leak, one
+    fix, so the fixed script does not warn again about the next total."""
+    edits, names = list(first.edits), [candidate.name]
+    for other in others:
+        located = other.located
+        if other.relation != "direct" or located is None or located.source is not candidate.located.source \
+                or other.name in names:
+            continue
+        same = accumulate_item.add_detached(located.source, other.name, located.assignment)
+        if same is None or overlapping(edits, same.edits):
+            continue
+        edits.extend(same.edits)
+        names.append(other.name)
+    if len(names) == 1:
+        return first
+    more = names[1:]
+    listed = ", ".join(f"`{n}`" for n in more[:-1]) + (" and " if len(more) > 1 else "") + f"`{more[-1]}`"
+    return Fix(f"{first.message} (and the same for {listed}, which keep{'' if len(more) > 1 else 's'} "
+               f"graphs too)", tuple(edits), first.applicability)
 
 
 def _stale_spans(tops, marks: list[int]) -> dict[int, int]:
