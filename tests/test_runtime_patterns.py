@@ -128,8 +128,33 @@ ACTOR_AFTER_CRITICS = """
         policy_opt.step()
 """
 
+# Anomaly-Transformer's minimax before its fix: one step after each of two backward calls over
+# one retained graph, nothing zeroing the gradients between them; the second loss re-reads a
+# total the loop summed (`prior_loss = prior_loss / len(prior)`).
+MINIMAX = """
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        optimizer.zero_grad()
+        output = model(torch.randn(4, 3))  # culprit
+        prior_loss = 0.0
+        for row in output:
+            prior_loss += row.pow(2).mean()
+        prior_loss = prior_loss / len(output)
+        loss1 = output.mean() - prior_loss
+        loss2 = output.mean() + prior_loss
+        loss1.backward(retain_graph=True)
+        optimizer.step()
+        loss2.backward()
+        optimizer.step()
+"""
+
 # name: (kind, culprit, script)
 PATTERNS = {
+    "a step between two backward calls, the same optimizer stepping after the second": (
+        "inplace-modified", "model[2].weight", MINIMAX),
     "augmented assignment on a saved activation": ("inplace-modified", "h", """
         import torch
         w = torch.randn(4, requires_grad=True)
@@ -1187,24 +1212,54 @@ def test_a_state_filed_for_the_next_time_step_is_detached_element_wise_and_unsaf
 
 
 def test_the_policy_updates_first_where_the_critics_losses_need_none_of_its_weights(explain_run, tmp_path):
-    """Besides the recompute after the critics' steps (fixes[0], as FiredUp and toshikwa did), the
-    policy's update may move before the critics' (rlkit's fix): its gradient is then the one its
-    graph was built for. Where a critic's loss reads the policy's actions, the policy's step
+    """The policy's loss was built before the critics' forwards, and its update may move before
+    theirs (rlkit's fix, fixes[0]): its gradient is then the one its graph was built for, the
+    order the code computed the losses in. Where the critics' losses were built first (toshikwa's
+    order), the recompute after the critics' steps comes first, as toshikwa's maintainer took it,
+    and the move second. Where a critic's loss reads the policy's actions, the policy's step
     would change weights that loss needs, and the move is not offered."""
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(ACTOR_AFTER_CRITICS).lstrip())
+    code = textwrap.dedent(ACTOR_AFTER_CRITICS).lstrip()
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    fix = fixes[0]
+    assert fix["applicability"] == "safe" and fix["message"].startswith("Update `policy_opt` first")
+    assert fixes[1]["message"].startswith("Recompute `q_new`")
+    patched = apply_edits(code, Fix.from_json(fix).edits).splitlines()
+    assert patched.index("    policy_opt.step()") < patched.index("    qf1_opt.zero_grad()")
+
+    critics_first = code.splitlines(keepends=True)
+    critic_losses = [line for line in critics_first if line.lstrip().startswith(("qf1_loss =", "qf2_loss ="))]
+    critics_first = [line for line in critics_first if line not in critic_losses]
+    at = next(i for i, line in enumerate(critics_first) if "new_actions = torch.tanh" in line)
+    script.write_text("".join(critics_first[:at] + critic_losses + critics_first[at:]))
     fixes = explain_run(script).findings[0]["fixes"]
     assert fixes[0]["message"].startswith("Recompute `q_new`")
-    fix = fixes[1]
-    assert fix["applicability"] == "safe" and fix["message"].startswith("Update `policy_opt` first")
-    patched = apply_edits(script.read_text(), Fix.from_json(fix).edits).splitlines()
-    assert patched.index("    policy_opt.step()") < patched.index("    qf1_opt.zero_grad()")
+    assert fixes[1]["message"].startswith("Update `policy_opt` first")
 
     coupled = textwrap.dedent(ACTOR_AFTER_CRITICS).lstrip().replace(
         "qf1(torch.cat([obs, actions], 1))", "qf1(torch.cat([obs, new_actions], 1))")
     script.write_text(coupled)
     fixes = explain_run(script).findings[0]["fixes"]
     assert not any(f["message"].startswith("Update `policy_opt` first") for f in fixes)
+
+
+def test_the_step_between_two_backward_calls_goes_where_the_next_step_takes_both(explain_run, tmp_path):
+    """The step after the second backward already takes the first loss's gradients (nothing
+    zeroes them): dropping the first step is unsafe (one step, not two), as Anomaly-Transformer's
+    maintainers did. The recompute would re-read `prior_loss`, summed by the loop it does not
+    repeat and holding the old graph: it is not safe either, so the drop, which runs, comes
+    first. Where the recompute is safe (seed000_ex2_retain_graph), it stays fixes[0]."""
+    code = textwrap.dedent(MINIMAX).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert fixes[0]["applicability"] == "unsafe" and fixes[0]["message"].startswith("Drop `optimizer.step()`")
+    patched = apply_edits(code, Fix.from_json(fixes[0]).edits)
+    assert patched.count("optimizer.step()") == 1
+    assert "loss2.backward()\n    optimizer.step()" in patched
+    recomputes = [f for f in fixes if f["message"].startswith("Recompute")]
+    assert recomputes and all(f["applicability"] == "unsafe" for f in recomputes)
 
 
 def test_autograd_is_turned_on_for_the_call_that_trains_not_for_the_function_that_switched_it_off(

@@ -56,9 +56,6 @@ NOT_YET: dict[str, str] = {
                                          "proposal networks' closure, where the estimator's graph enters the rays'",
     "real/redq_policy_loss_after_q_step": "the Q step is named, but no fix: the twin back-propagates both losses "
                                           "before any step with the Q nets frozen for the policy's forward",
-    "real/rlkit_sac_policy_loss_after_qf_step": "fixes[0] recomputes the policy's Q values after the critics "
-                                                "step (FiredUp's and toshikwa's way); the twin updates the policy "
-                                                "first (rlkit's way), which is fixes[1]",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }

@@ -168,6 +168,13 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         fixes.append(_update_before_the_forward(ctx, source, located, step, steps, failing, full))
         fixes.append(_own_update_first_through_helper(ctx, carrier, steps))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
+        # The same optimizer steps again right after this backward: one step over both losses,
+        # as Anomaly-Transformer's maintainers did. Unsafe, so after a recompute proven safe
+        # (two updates, each on its own loss, as the code has them); first where none is.
+        safe_recompute = next((i for i, fix in enumerate(fixes) if recompute is not None and fix is not None
+                               and fix.message == recompute.message and fix.applicability == "safe"), None)
+        fixes.insert(0 if safe_recompute is None else safe_recompute + 1,
+                     _drop_repeated_step(source, scope, step, failing))
         after = _update_after(ctx, source, scope, step, failing, steps)
         if after is not None and _ascends_what_it_descended(ctx):
             # One objective, two players: each takes its gradient at the same weights.
@@ -176,11 +183,12 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             fixes.append(after or _reorder_step(source, scope, step, failing)
                          or _step_after_the_loop(source, scope, step, failing))
         # Its own update first, the other way to order the updates: after a recompute (as
-        # FiredUp's DDPG, toshikwa's SAC and Spinning Up do it), before it where none is offered.
-        first = _own_update_first(ctx, source, located, steps, failing)
+        # FiredUp's DDPG, toshikwa's SAC and Spinning Up do it), before it where none is offered
+        # or where this graph's forward ran before those of the losses that stepped (rlkit's SAC).
+        first, forward_first = _own_update_first(ctx, source, located, steps, failing)
         recomputed = next((i for i, fix in enumerate(fixes) if recompute is not None and fix is not None
                            and fix.message == recompute.message), None)
-        fixes.insert(0 if recomputed is None else recomputed + 1, first)
+        fixes.insert(0 if recomputed is None or forward_first else recomputed + 1, first)
     located = carrier.located if carrier is not None else None
     culprits = []
     if located is not None:
@@ -409,17 +417,21 @@ def _stale_reads(ctx, recompute: Fix, stepped: set[int]) -> list:
 
 
 def _outside_reads(ctx, recompute: Fix) -> list:
-    """The bindings, with history, of the names the recomputed statements read but do not make."""
+    """The bindings, with history, of the names the recomputed statements read before they make
+    them: `prior_loss = prior_loss / len(prior)` recomputed without the loop that summed
+    `prior_loss` reads the old total, and its graph."""
     read, made = set(), set()
     for edit in recompute.edits:
         try:
             tree = src.parse_tree(textwrap.dedent(edit.content))
         except SyntaxError:
             return []
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name):
-                (made if isinstance(node.ctx, ast.Store) else read).add(node.id)
-    return _with_history(ctx, read - made)
+        for stmt in tree.body:
+            loaded = src.names_read(stmt) | ({stmt.target.id} if isinstance(stmt, ast.AugAssign)
+                                             and isinstance(stmt.target, ast.Name) else set())
+            read |= loaded - made
+            made |= src.names_bound([stmt])
+    return _with_history(ctx, read)
 
 
 def _with_history(ctx, names: set[str]) -> list:
@@ -574,6 +586,30 @@ def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
                f"old weights (changes which gradients that step sees)", edits, "unsafe")
 
 
+def _drop_repeated_step(source, scope, step: StepCall, failing) -> Fix | None:
+    """Anomaly-Transformer's minimax: `loss1.backward(retain_graph=True); optimizer.step();
+    loss2.backward(); optimizer.step()`, nothing zeroing the gradients in between. The second
+    step already takes loss1's gradients with loss2's: the first one goes, as the maintainers
+    did, and one step follows both backward calls. Unsafe: the weights take one step, not two."""
+    if source is None or failing is None or step.filename != source.filename:
+        return None
+    step_stmt = src.innermost_statement(scope, step.row)
+    block = src.enclosing_block(failing)
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    if not isinstance(step_stmt, ast.Expr) or id(step_stmt) not in at or id(failing) not in at:
+        return None
+    first, failed = at[id(step_stmt)], at[id(failing)]
+    stepped = _receiver(step_stmt, "step")
+    if stepped is None or first >= failed or failed + 1 >= len(block) \
+            or _receiver(block[failed + 1], "step") != stepped \
+            or any(_receiver(stmt, "zero_grad") == stepped for stmt in block[first:failed]):
+        return None
+    return Fix(f"Drop `{source.segment(step_stmt)}` (line {step_stmt.lineno}): nothing zeroes the gradients "
+               f"before this backward, so the step after it (line {block[failed + 1].lineno}) takes both "
+               f"losses' gradients in one update (the weights take one step, not two)",
+               (delete_lines(source, step_stmt),), "unsafe")
+
+
 def _step_after_the_loop(source, scope, step: StepCall, failing) -> Fix | None:
     """TextBox's `for i, (o, loss) in enumerate(zip(opt, losses)): o.zero_grad();
     loss.backward(retain_graph=...); o.step()`: the step of one pass changed weights the next
@@ -660,21 +696,24 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
                f"(the moved `zero_grad()` clears what this backward left in its parameters)", edits, "safe")
 
 
-def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | None:
+def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fix | None, bool]:
     """rlkit's SAC: the policy's loss is built, qf1 and qf2 step, then the policy's backward
     fails on the weights they changed. The policy's whole update (its `zero_grad()`, this
     backward, its `step()`) moves before the first of those updates, as rlkit did: its gradient
     is taken at the weights its graph was built with, as the code meant. Safe where the updates
     it moves past back-propagate losses that need none of the weights it steps, and each of them
     zeroes its optimizer's gradients before its backward (clearing what this backward left in
-    their parameters)."""
+    their parameters). With it, whether this graph's forward ran before the forwards of every
+    loss the moved-past updates back-propagate: the code built this loss first, and moving its
+    update up keeps the order the forwards ran in (rlkit's fix), where a recompute would change
+    what this loss is taken on."""
     if source is None or failing is None or located.source is not source:
-        return None
+        return None, False
     block = src.enclosing_block(failing)
     at = {id(stmt): index for index, stmt in enumerate(block)}
     built, failed = at.get(id(located.store)), at.get(id(failing))
     if built is None or failed is None:
-        return None
+        return None, False
 
     def receiver(index: int, method: str) -> str | None:
         return _receiver(block[index], method)
@@ -685,20 +724,20 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
     stepping = [i for i in range(built + 1, start or built) if receiver(i, "step") is not None]
     if own is None or start is None or not stepping \
             or {(step.filename, step.row) for step in steps} != {(source.filename, block[i].lineno) for i in stepping}:
-        return None
+        return None, False
     insert = next((i for i in range(built + 1, stepping[0]) if receiver(i, "zero_grad") == receiver(stepping[0], "step")),
                   None)
     moved, between = block[start:end + 1], block[insert:start] if insert is not None else []
     if insert is None or not _only_updates(moved):
-        return None
+        return None, False
     bound_between, bound_moved = src.names_bound(between), src.names_bound(moved)
     if bound_between & {n for stmt in moved for n in src.names_read(stmt)} \
             or bound_moved & {n for stmt in between for n in src.names_read(stmt)}:
-        return None
+        return None, False
     stepped = trained_by(ctx.lookup(own, source.filename))
     if not stepped:
-        return None
-    zeroed = set()
+        return None, False
+    zeroed, losses = set(), []
     for stmt in between:
         if _receiver(stmt, "zero_grad") is not None:
             zeroed.add(_receiver(stmt, "zero_grad"))
@@ -708,13 +747,32 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> Fix | No
             later_step = next((receiver(i, "step") for i in stepping if block[i].lineno > stmt.lineno), None)
             if loss is None or loss.grad_fn is None \
                     or parameters_under(loss.grad_fn) & stepped or later_step not in zeroed:
-                return None
+                return None, False
+            losses.append(loss)
     first, final = moved[0].lineno, moved[-1].end_lineno
     edits = _move_lines(source, moved, block[insert])
     return Fix(f"Update `{own}` first: move its update (lines {first}-{final}) before "
                f"`{source.segment(block[insert])}` (line {block[insert].lineno}), so this backward takes its "
                f"gradient at the weights its graph was built with, before the other optimizers step them",
-               edits, "safe")
+               edits, "safe"), _forward_ran_first(ctx, located, losses, failing.lineno)
+
+
+def _forward_ran_first(ctx, located: Located, losses: list, before: int) -> bool:
+    """Whether every tensor bound in the carrier's scope that the `losses`' histories reach was
+    assigned after the carrier's own statement (`q1_pred = self.qf1(obs, actions)` after
+    `q_new_actions = torch.min(...)`). One forward shared by both (FiredUp's
+    `_, q, q_pi = main(obs1, acts)`), or none found, is not."""
+    reached: set[int] = set()
+    for loss in losses:
+        reached |= set(graph.walk([loss.grad_fn]).nodes)
+    lines = []
+    for binding in ctx.bindings():
+        if binding.steps or binding.value.grad_fn is None or id(binding.value.grad_fn) not in reached:
+            continue
+        made = src.last_assignment(located.scope, binding.base, before)
+        if made is not None:
+            lines.append(made.stmt.lineno)
+    return bool(lines) and min(lines) > located.store.end_lineno
 
 
 def _update_before_the_forward(ctx, source, located: Located, step: StepCall, steps, failing,
