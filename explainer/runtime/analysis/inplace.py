@@ -767,7 +767,8 @@ def _forward_ran_first(ctx, located: Located, losses: list, before: int) -> bool
         reached |= set(graph.walk([loss.grad_fn]).nodes)
     lines = []
     for binding in ctx.bindings():
-        if binding.steps or binding.value.grad_fn is None or id(binding.value.grad_fn) not in reached:
+        if binding.steps or binding.value.grad_fn is None or id(binding.value.grad_fn) not in reached \
+                or ctx.frame_source(ctx.frames[binding.frame_index])[1] is not located.scope:
             continue
         made = src.last_assignment(located.scope, binding.base, before)
         if made is not None:
