@@ -3,10 +3,12 @@ culprit's name and line (marked `# culprit`), and `fixes[0]` applied makes the s
 from __future__ import annotations
 
 import ast
+import shutil
 import textwrap
 
 import pytest
 
+from conftest import SAMPLES
 from explainer.fixes.edits import apply_edits
 from explainer.fixes.out_of_place import out_of_place
 from explainer.fixes.sum_losses import sum_and_backward_once
@@ -1242,6 +1244,27 @@ def test_the_policy_updates_first_where_the_critics_losses_need_none_of_its_weig
     script.write_text(coupled)
     fixes = explain_run(script).findings[0]["fixes"]
     assert not any(f["message"].startswith("Update `policy_opt` first") for f in fixes)
+
+
+def test_a_graph_kept_for_a_loss_made_before_the_step_gives_both_gradients_at_those_weights(explain_run, tmp_path):
+    """MorvanZhou's GAN makes `G_loss` with `D_loss`, before `opt_D.step()`, and keeps the graph
+    for it (`retain_graph=True`): fixes[0] moves D's update after G's, both gradients at the
+    weights the forward ran with, as the maintainer's fix (G first) trains. Where the generator's
+    loss is made after the step (SRGAN), the code means the stepped D: the recompute is first."""
+    code = (SAMPLES / "gan_step_before_g.py").read_text()
+    script = tmp_path / "train.py"
+    shutil.copy(SAMPLES / "_device.py", tmp_path)
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert fixes[0]["applicability"] == "safe" and fixes[0]["message"].startswith("Move the update of `opt_d`")
+    assert fixes[1]["message"].startswith("Recompute `prob_fake`")
+
+    g_loss = "    g_loss = torch.mean(torch.log(1.0 - prob_fake))\n"
+    after_the_step = code.replace(g_loss, "").replace("    opt_g.zero_grad()\n", g_loss + "    opt_g.zero_grad()\n")
+    assert after_the_step != code
+    script.write_text(after_the_step)
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert fixes[0]["message"].startswith("Recompute `prob_fake`")
 
 
 def test_the_step_between_two_backward_calls_goes_where_the_next_step_takes_both(explain_run, tmp_path):

@@ -59,9 +59,6 @@ NOT_YET: dict[str, str] = {
     "real/fastai_style_transfer_closed_hooks": "named `self.features` where the hook stored it (52), not `sfs` "
                                                "(86), whose hooks were closed before the next section read them; "
                                                "no fix",
-    "real/morvanzhou_gan_d_step_before_g_backward": "fixes[0] scores the fakes again with the stepped D (DCGAN's "
-                                                    "way); the maintainer updates G first, against D before its "
-                                                    "step, which trains as fixes[1] does",
     "real/timegan_rebuild_joint_embedder_reuses_forward": "`self.H` is named, but no fix: the maintainer re-runs "
                                                           "the forward `gen_batch()` made, in a method of its own, "
                                                           "between the generator's step and the embedder's backward",

@@ -176,8 +176,9 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         fixes.insert(0 if safe_recompute is None else safe_recompute + 1,
                      _drop_repeated_step(source, scope, step, failing))
         after = _update_after(ctx, source, scope, step, failing, steps)
-        if after is not None and _ascends_what_it_descended(ctx):
-            # One objective, two players: each takes its gradient at the same weights.
+        if after is not None and (_ascends_what_it_descended(ctx) or _kept_for_this_loss(ctx, scope, step, failing)):
+            # One objective, two players, or a graph kept for a loss made before the step: each
+            # takes its gradient at the weights the graph was built with.
             fixes.insert(0, after)
         else:
             fixes.append(after or _reorder_step(source, scope, step, failing)
@@ -904,6 +905,21 @@ def _backward_loss(ctx, source, call: ast.Call) -> torch.Tensor | None:
         return None
     loss = ctx.lookup(src.canonical(call.func.value), source.filename)
     return loss if isinstance(loss, torch.Tensor) else None
+
+
+def _kept_for_this_loss(ctx, scope, step: StepCall, failing) -> bool:
+    """MorvanZhou's GAN: `D_loss` and `G_loss` are both made from one forward before
+    `opt_D.step()`, and `D_loss.backward(retain_graph=True)` keeps the graph for `G_loss`: the
+    code means both gradients at the weights the forward ran with (the maintainer's fix updates
+    G first). A loss made after the step (SRGAN's `g_loss`, Dreamer's `action_loss`) means the
+    stepped weights, and a recompute stays first there."""
+    previous = ctx.previous
+    call = src.call_named(failing, "backward")
+    if previous is None or not previous.retain_graph or call is None or not isinstance(call.func, ast.Attribute) \
+            or step.row >= failing.lineno:
+        return False
+    made = src.last_assignment(scope, src.canonical(call.func.value), failing.lineno)
+    return made is not None and made.stmt.lineno < step.row
 
 
 def _ascends_what_it_descended(ctx) -> bool:
