@@ -1048,3 +1048,29 @@ def _unconditional_in(node, container) -> bool:
             return False
         child = ancestor
     return False
+
+
+def update_receiver(stmt: ast.stmt, method: str) -> str | None:
+    """`opt` (canonical) where `stmt` is the expression statement `opt.<method>(...)`: how the
+    reorderings read a block of updates (`zero_grad`, `backward`, `step`)."""
+    found = src.call_receiver(stmt, method) if isinstance(stmt, ast.Expr) else None
+    return src.canonical(found) if found is not None else None
+
+
+# Calls that change gradients or weights, never a tensor a graph saved.
+UPDATE_CALLS = frozenset({"backward", "step", "zero_grad", "clip_grad_norm_", "clip_grad_value_"})
+
+
+def only_updates(statements) -> bool:
+    """Whether `statements` only make new values and update (backward, clip, step): nothing in
+    them writes into a tensor in place that a moved backward's graph could have saved."""
+    for stmt in statements:
+        if isinstance(stmt, ast.AugAssign) or any(not isinstance(t, ast.Name) for t in src.targets_of(stmt)):
+            return False
+        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            if name.endswith("_") and not name.endswith("__") and name not in UPDATE_CALLS:
+                return False
+        if not isinstance(stmt, (ast.Assign, ast.Expr)):
+            return False
+    return True

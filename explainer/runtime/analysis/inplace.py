@@ -11,9 +11,8 @@ from dataclasses import replace
 
 import torch
 
-from ...fixes import graph_options, out_of_place, recompute_forward, split_loss
+from ...fixes import graph_options, out_of_place, recompute_forward, reorder_updates, split_loss
 from ...fixes.edits import (
-    apply_edits,
     delete_lines,
     insert_lines_after,
     insert_lines_before,
@@ -21,9 +20,17 @@ from ...fixes.edits import (
     statement_text,
 )
 from ...fixes.edits import replace as replace_node
-from ...model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
+from ...model import CallSite, Culprit, Evidence, Finding, Fix, Location
 from ...reading import source as src
-from ...reading.training import helper_called, passed_arguments, runs_backward, whole_update
+from ...reading.training import (
+    UPDATE_CALLS,
+    helper_called,
+    only_updates,
+    passed_arguments,
+    runs_backward,
+    update_receiver,
+    whole_update,
+)
 from .. import graph, naming
 from ..errors import InplaceDetail, version_facts
 from ..records import StepCall
@@ -600,10 +607,10 @@ def _drop_repeated_step(source, scope, step: StepCall, failing) -> Fix | None:
     if not isinstance(step_stmt, ast.Expr) or id(step_stmt) not in at or id(failing) not in at:
         return None
     first, failed = at[id(step_stmt)], at[id(failing)]
-    stepped = _receiver(step_stmt, "step")
+    stepped = update_receiver(step_stmt, "step")
     if stepped is None or first >= failed or failed + 1 >= len(block) \
-            or _receiver(block[failed + 1], "step") != stepped \
-            or any(_receiver(stmt, "zero_grad") == stepped for stmt in block[first:failed]):
+            or update_receiver(block[failed + 1], "step") != stepped \
+            or any(update_receiver(stmt, "zero_grad") == stepped for stmt in block[first:failed]):
         return None
     return Fix(f"Drop `{source.segment(step_stmt)}` (line {step_stmt.lineno}): nothing zeroes the gradients "
                f"before this backward, so the step after it (line {block[failed + 1].lineno}) takes both "
@@ -657,26 +664,23 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     if stepped is None or id(step_stmt) not in at or call is None or at[id(step_stmt)] >= at[id(failing)]:
         return None
     last = at[id(step_stmt)]
-    zeroed = [i for i in range(last) if _receiver(block[i], "zero_grad") == src.canonical(stepped)]
+    zeroed = [i for i in range(last) if update_receiver(block[i], "zero_grad") == src.canonical(stepped)]
     if not zeroed:
         return None
     moved = block[zeroed[-1]:last + 1]
     if not any(src.call_named(stmt, "backward") is not None for stmt in moved):
         return None
-    end = next((stmt for stmt in block[at[id(failing)]:] if _receiver(stmt, "step") is not None), failing)
+    end = next((stmt for stmt in block[at[id(failing)]:] if update_receiver(stmt, "step") is not None), failing)
     bound = src.names_bound(moved)
     if bound & {name for stmt in block[last + 1:at[id(end)] + 1] for name in src.names_read(stmt)}:
         return None  # a statement before the new place reads what the moved ones make
-    retain = graph_options.add_retain_graph(source, call, "")
-    first, final = moved[0].lineno, moved[-1].end_lineno
-    text = source.text
     backward = [c for stmt in moved for c in [src.call_named(stmt, "backward")] if c is not None]
     loss = _backward_loss(ctx, source, backward[0]) if len(backward) == 1 else None
     if loss is None:
         return None
-    first_stepping = ctx.lookup(_receiver(end, "step"), source.filename) if end is not failing else None
+    first_stepping = ctx.lookup(update_receiver(end, "step"), source.filename) if end is not failing else None
     if not isinstance(first_stepping, torch.optim.Optimizer) or step.optimizer() is None \
-            or not _only_updates(block[last + 1:at[id(end)] + 1]):
+            or not only_updates(block[last + 1:at[id(end)] + 1]):
         return None
     reached = set().union(*(parameters_under(root.grad_fn) for root in ctx.roots))
     if any(other.optimizer() is not step.optimizer() and trained_by(other.optimizer()) & reached for other in steps):
@@ -684,17 +688,8 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     own, changed = trained_by(step.optimizer()), trained_by(first_stepping)
     if reads_on_the_way(loss.grad_fn, own, changed):
         return None  # the moved backward would still need weights the other step changed
-    if parameters_under(loss.grad_fn) & changed:
-        if any(k.arg == "inputs" for k in backward[0].keywords):
-            return None
-        own = f"[p for group in {source.segment(stepped)}.param_groups for p in group['params']]"
-        text = apply_edits(text, [graph_options.insert_keyword(source, backward[0], f"inputs={own}")])
-    edits = (*_move_lines(source, moved, end, after=True, text=text), *(retain.edits if retain is not None else ()))
-    following = f"`{source.segment(end)}` (line {end.lineno})"
-    return Fix(f"Move the update of `{source.segment(stepped)}` (lines {first}-{final}) after {following}, and keep "
-               f"this backward's graph for it with `retain_graph=True`: both backward calls then go through the "
-               f"weights the graph was built with, and each optimizer steps with the gradients of its own loss "
-               f"(the moved `zero_grad()` clears what this backward left in its parameters)", edits, "safe")
+    return reorder_updates.update_after(source, moved, end, call, stepped, backward[0],
+                                        keep_to_own=bool(parameters_under(loss.grad_fn) & changed))
 
 
 def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fix | None, bool]:
@@ -717,7 +712,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
         return None, False
 
     def receiver(index: int, method: str) -> str | None:
-        return _receiver(block[index], method)
+        return update_receiver(block[index], method)
 
     end = next((i for i in range(failed + 1, len(block)) if receiver(i, "step") is not None), None)
     own = receiver(end, "step") if end is not None else None
@@ -729,7 +724,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
     insert = next((i for i in range(built + 1, stepping[0]) if receiver(i, "zero_grad") == receiver(stepping[0], "step")),
                   None)
     moved, between = block[start:end + 1], block[insert:start] if insert is not None else []
-    if insert is None or not _only_updates(moved):
+    if insert is None or not only_updates(moved):
         return None, False
     bound_between, bound_moved = src.names_bound(between), src.names_bound(moved)
     if bound_between & {n for stmt in moved for n in src.names_read(stmt)} \
@@ -740,8 +735,8 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
         return None, False
     zeroed, losses = set(), []
     for stmt in between:
-        if _receiver(stmt, "zero_grad") is not None:
-            zeroed.add(_receiver(stmt, "zero_grad"))
+        if update_receiver(stmt, "zero_grad") is not None:
+            zeroed.add(update_receiver(stmt, "zero_grad"))
         call = src.call_named(stmt, "backward")
         if call is not None:
             loss = _backward_loss(ctx, source, call)
@@ -751,7 +746,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
                 return None, False
             losses.append(loss)
     first, final = moved[0].lineno, moved[-1].end_lineno
-    edits = _move_lines(source, moved, block[insert])
+    edits = reorder_updates.move_lines(source, moved, block[insert])
     return Fix(f"Update `{own}` first: move its update (lines {first}-{final}) before "
                f"`{source.segment(block[insert])}` (line {block[insert].lineno}), so this backward takes its "
                f"gradient at the weights its graph was built with, before the other optimizers step them",
@@ -797,12 +792,12 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
     if forward is None or stepped is None or failed is None or not forward < stepped < failed \
             or {(s.filename, s.row) for s in steps} != {(source.filename, step_stmt.lineno)}:
         return None
-    own = _receiver(step_stmt, "step")
+    own = update_receiver(step_stmt, "step")
     start, end = stepped, stepped
-    while start - 1 > forward and _only_updates([block[start - 1]]) and any(
-            src.call_named(block[start - 1], name) is not None for name in _UPDATES):
+    while start - 1 > forward and only_updates([block[start - 1]]) and any(
+            src.call_named(block[start - 1], name) is not None for name in UPDATE_CALLS):
         start -= 1
-    while end + 1 < failed and _receiver(block[end + 1], "zero_grad") == own:
+    while end + 1 < failed and update_receiver(block[end + 1], "zero_grad") == own:
         end += 1
     moved, between = block[start:end + 1], block[forward:start]
     if own is None or not any(src.call_named(stmt, "backward") is not None for stmt in moved):
@@ -810,7 +805,7 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
     made_between = src.names_bound(between)
     if made_between & {n for stmt in moved for n in src.names_read(stmt)}:
         return None
-    if any(src.call_named(stmt, name) is not None for stmt in between for name in _UPDATES) \
+    if any(src.call_named(stmt, name) is not None for stmt in between for name in UPDATE_CALLS) \
             or any(isinstance(n, ast.Attribute) and n.attr == "grad" for stmt in between for n in ast.walk(stmt)):
         return None
     stepped_weights = trained_by(ctx.lookup(own, source.filename))
@@ -819,7 +814,7 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
                                   for b in _with_history(ctx, read_between)):
         return None
     first, final = moved[0].lineno, moved[-1].end_lineno
-    edits = _move_lines(source, moved, located.store)
+    edits = reorder_updates.move_lines(source, moved, located.store)
     return Fix(f"Update `{own}` before `{located.target_text}` is built: move its update (lines {first}-{final}) "
                f"before line {located.store.lineno}, so this backward goes through the weights that step made, "
                f"as after a recompute, with nothing run twice", edits, "safe")
@@ -881,24 +876,6 @@ def _own_update_first_through_helper(ctx, carrier: Candidate, steps) -> Fix | No
                f"the weights its graph was built with, before the other updates step them", edits, "safe")
 
 
-def _move_lines(source, moved: list[ast.stmt], anchor: ast.stmt, after: bool = False,
-                text: str | None = None) -> tuple[Edit, Edit]:
-    """Cut the lines of `moved`, a run of statements of one block, and put them back as they are
-    (from `text`, where they were edited first) before `anchor`, or after it: the edits of every
-    reordering that moves a whole update."""
-    first, final = moved[0].lineno, moved[-1].end_lineno
-    lines = (source.text if text is None else text).splitlines()[first - 1:final]
-    insert = insert_lines_after if after else insert_lines_before
-    return Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)), insert(source, anchor, lines, indent="")
-
-
-def _receiver(stmt: ast.stmt, method: str) -> str | None:
-    """`opt` (canonical) where `stmt` is the expression statement `opt.<method>(...)`: how the two
-    reorderings read a block of updates (`zero_grad`, `backward`, `step`)."""
-    found = src.call_receiver(stmt, method) if isinstance(stmt, ast.Expr) else None
-    return src.canonical(found) if found is not None else None
-
-
 def _backward_loss(ctx, source, call: ast.Call) -> torch.Tensor | None:
     """The tensor that `call`, `loss.backward(...)`, back-propagates, as the frames hold `loss`."""
     if not isinstance(call.func, ast.Attribute):
@@ -944,25 +921,6 @@ def _ascends_what_it_descended(ctx) -> bool:
             seen.add(id(sums))
             frontier.extend(child for child, _ in graph.children(sums) if child is not None)
     return False
-
-
-# Calls that change gradients or weights, never a tensor a graph saved.
-_UPDATES = frozenset({"backward", "step", "zero_grad", "clip_grad_norm_", "clip_grad_value_"})
-
-
-def _only_updates(statements) -> bool:
-    """Whether `statements` only make new values and update (backward, clip, step): nothing in
-    them writes into a tensor in place that the moved backward's graph could have saved."""
-    for stmt in statements:
-        if isinstance(stmt, ast.AugAssign) or any(not isinstance(t, ast.Name) for t in src.targets_of(stmt)):
-            return False
-        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
-            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-            if name.endswith("_") and not name.endswith("__") and name not in _UPDATES:
-                return False
-        if not isinstance(stmt, (ast.Assign, ast.Expr)):
-            return False
-    return True
 
 
 def _manual_update(ctx, source, scope, failing, parameter, parameter_name: str | None) -> StepCall | None:

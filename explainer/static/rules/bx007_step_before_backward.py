@@ -5,11 +5,19 @@ import ast
 from collections.abc import Iterator
 
 from ...causes.bx007_step_before_backward import CAUSE
-from ...fixes import graph_options, recompute_forward
+from ...fixes import graph_options, recompute_forward, reorder_updates
 from ...model import Finding, Fix
 from ...reading import source as src
 from ...reading.dataflow import Ancestor, Step, ancestors, carries_history, modules_called, same_pass, steps
-from ...reading.training import RETAIN_KEYWORDS, Backward, backward_calls, has_history, scopes
+from ...reading.training import (
+    RETAIN_KEYWORDS,
+    Backward,
+    backward_calls,
+    has_history,
+    only_updates,
+    scopes,
+    update_receiver,
+)
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
@@ -23,7 +31,7 @@ def check(module: CheckedModule) -> Iterator[Finding]:
         flagged: set[int] = set()
         for backward in calls:
             for step in stepped:
-                if not same_pass(step.call, backward.call):
+                if not same_pass(step.call, backward.call) or _kept_to_others(backward, step, stepped):
                     continue
                 stale = _built_before(backward, step, scope)
                 if stale is None or id(stale.stmt) in flagged or _freed_earlier(stale, backward, calls, scope):
@@ -31,6 +39,20 @@ def check(module: CheckedModule) -> Iterator[Finding]:
                 flagged.add(id(stale.stmt))
                 yield _diagnostic(module, scope, stale, step, backward, calls)
                 break
+
+
+def _kept_to_others(backward: Backward, step: Step, stepped) -> bool:
+    """`d_loss.backward(inputs=[p for group in opt_d.param_groups for p in group['params']])`:
+    the gradients are taken for another optimizer's parameters only, whose modules `step` does
+    not update, so the backward stops at those modules and never needs the stepped weights
+    upstream of them (the generator's, in a GAN's discriminator update moved after the
+    generator's). Where the source does not show which modules the optimizers train, two
+    optimizers are taken to train different ones."""
+    keyword = backward.keyword("inputs")
+    if keyword is None or src.reads(keyword.value, step.optimizer):
+        return False
+    owners = [other for other in stepped if other.optimizer != step.optimizer and src.reads(keyword.value, other.optimizer)]
+    return bool(owners) and not any(o.modules and step.modules and o.modules & step.modules for o in owners)
 
 
 def _built_before(backward: Backward, step: Step, scope) -> Ancestor | None:
@@ -62,6 +84,10 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
     source = module.source
     name = source.segment(stale.target)
     step_code = source.segment(step.call)
+    after = _update_after(source, scope, step, backward, calls)
+    if after is not None:
+        return module.finding(CODE, "stale", stale.target, after, carrier=name, made_at=stale.stmt,
+                              backward=backward.call, steps=(step.call,))
     # What it was made from in the same block, with history, is made again with it: the first
     # backward went through those graphs too (`fake = generator(z)` under `discriminator(fake)`).
     fix = recompute_forward.recompute_before_use(
@@ -86,6 +112,39 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         fix = fix.unproven()
     return module.finding(CODE, "stale", stale.target, fix, carrier=name, made_at=stale.stmt, backward=backward.call,
                           steps=(step.call,))
+
+
+def _update_after(source, scope, step: Step, backward: Backward, calls) -> Fix | None:
+    """MorvanZhou's GAN: `D_loss` and `G_loss` both made before `opt_D.step()`, and
+    `D_loss.backward(retain_graph=True)` keeping the graph for `G_loss`: the code means both
+    gradients at the weights the forward ran with. D's whole update moves after G's, as the
+    runtime's first fix for this shape does (and the maintainer's fix, G first, trains). Where the
+    loss is made after the step, the code means the stepped weights: None, and the recompute."""
+    if step.call.func.attr != "step" or not isinstance(backward.root, (ast.Name, ast.Attribute)):
+        return None
+    made = src.last_assignment(scope, src.canonical(backward.root), backward.line)
+    failing, step_stmt = backward.statement, src.statement_of(step.call)
+    if made is None or made.stmt.lineno >= step.line:
+        return None
+    block = src.enclosing_block(failing)
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    if id(step_stmt) not in at or at[id(step_stmt)] >= at[id(failing)]:
+        return None
+    last, stepped = at[id(step_stmt)], step.call.func.value
+    zeroed = [i for i in range(last) if update_receiver(block[i], "zero_grad") == step.optimizer]
+    moved = block[zeroed[-1]:last + 1] if zeroed else []
+    moved_calls = [c for c in calls if any(c.statement is stmt for stmt in moved)]
+    if len(moved_calls) != 1 or not moved_calls[0].retains_graph():
+        return None
+    end = next((stmt for stmt in block[at[id(failing)]:] if update_receiver(stmt, "step") is not None), None)
+    if end is None or not only_updates(block[last + 1:at[id(end)] + 1]) \
+            or src.names_bound(moved) & {n for stmt in block[last + 1:at[id(end)] + 1] for n in src.names_read(stmt)}:
+        return None
+    # What the moved loss reaches of the weights stepped first (a plain tensor the resampling
+    # weights' optimizer trains, not a module) the source does not always show: its backward is
+    # kept to its own optimizer's parameters.
+    return reorder_updates.update_after(source, moved, end, backward.call, stepped, moved_calls[0].call,
+                                        keep_to_own=True)
 
 
 def _reads_history_it_does_not_make(scope, stale: Ancestor, step: Step, backward: Backward) -> bool:
@@ -277,6 +336,21 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("the GAN's updates reordered: D's backward after G's step, kept to D's parameters with inputs=", """
+        G, D = nn.Linear(5, 15), nn.Sequential(nn.Linear(15, 1), nn.Sigmoid())
+        opt_G, opt_D = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+        for step in range(100):
+            fake = G(torch.randn(64, 5))
+            prob_fake = D(fake)
+            D_loss = -torch.mean(torch.log(D(real)) + torch.log(1. - prob_fake))
+            G_loss = torch.mean(torch.log(1. - prob_fake))
+            opt_G.zero_grad()
+            G_loss.backward(retain_graph=True)
+            opt_G.step()
+            opt_D.zero_grad()
+            D_loss.backward(inputs=[p for group in opt_D.param_groups for p in group['params']])
+            opt_D.step()
+    """),
     Valid("optimizers held by the networks: the actor's loss from a fresh critic forward",
           OWN_OPTIMIZERS.format(actor_loss="                actor_loss = -self.critic(s, self.actor(s)).mean()\n")),
     Valid("DDPG from a factory parameter: the actor's loss made after the critic's step",
