@@ -116,7 +116,6 @@ def test_check_fix_makes_the_script_train_what_its_twin_trains(sample, tmp_path)
     # The recomputed value reads the imagined rollout, made before the step: which weights the
     # second loss means to use, the source does not say.
     ("real/dreamer_value_step_before_action", "reads history"),
-    ("real/resample_retain_step", "reads history"),
 ])
 def test_a_recompute_the_source_cannot_prove_is_unsafe(name, why):
     sample = {s.name: s for s in manifest.real_cases()}[name]
@@ -151,12 +150,15 @@ def invalid_case(name: str) -> tuple[str, str]:
     return next((rule.CODE, case.code) for rule in RULES for case in rule.INVALID if case.name == name)
 
 
-def test_the_pre_0_4_retain_variables_is_dropped_with_the_stale_graph():
+def test_the_pre_0_4_retain_variables_goes_with_the_update_moved_after_the_generators():
+    """`G_loss` is made before `opt_D.step()` and the graph is kept for it: D's update moves after
+    G's, and the moved backward loses `retain_variables=True`, which today's backward rejects."""
     code, text = invalid_case("a GAN written before PyTorch 0.4, with retain_variables")
     (found,) = [d for d in check_text(textwrap.dedent(text), "variant.py") if d.code == code]
     patched = apply_edits(textwrap.dedent(text), found.fix.edits)
-    assert "retain_variables" not in patched and "D_loss.backward()" in patched
-    assert patched.count("prob_fake = D(fake)") == 2
+    assert found.fix.applicability == "safe" and "retain_variables" not in patched
+    assert "G_loss.backward(retain_graph=True)" in patched and patched.index("opt_G.step()") < patched.index(
+        "D_loss.backward(inputs=[p for group in opt_D.param_groups for p in group['params']])")
 
 
 def test_a_state_that_starts_as_none_is_detached_only_once_it_exists():

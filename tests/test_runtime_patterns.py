@@ -1256,7 +1256,7 @@ def test_a_graph_kept_for_a_loss_made_before_the_step_gives_both_gradients_at_th
     shutil.copy(SAMPLES / "_device.py", tmp_path)
     script.write_text(code)
     fixes = explain_run(script).findings[0]["fixes"]
-    assert fixes[0]["applicability"] == "safe" and fixes[0]["message"].startswith("Move the update of `opt_d`")
+    assert fixes[0]["applicability"] == "safe" and fixes[0]["message"].startswith("Update `opt_d` after `opt_g`")
     assert fixes[1]["message"].startswith("Recompute `prob_fake`")
 
     g_loss = "    g_loss = torch.mean(torch.log(1.0 - prob_fake))\n"
@@ -1482,7 +1482,7 @@ def test_an_update_moves_after_the_next_only_where_nothing_between_writes_in_pla
         assert between in code
     script = tmp_path / "train.py"
     script.write_text(code)
-    fixes = [f for f in explain_run(script).findings[0]["fixes"] if f["message"].startswith("Move the update of")]
+    fixes = [f for f in explain_run(script).findings[0]["fixes"] if f["message"].startswith("Update `critic_opt` after")]
     assert len(fixes) == int(moved)
     if moved:
         assert fixes[0]["applicability"] == "safe"

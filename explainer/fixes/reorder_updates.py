@@ -4,9 +4,11 @@ one so both gradients are taken at the weights the graph was built with."""
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from ..model import Edit, Fix, Location
 from ..reading.source import Source
+from ..reading.training import update_receiver
 from . import graph_options
 from .edits import apply_edits, insert_lines_after, insert_lines_before
 
@@ -27,19 +29,29 @@ def update_after(source: Source, moved: list[ast.stmt], end: ast.stmt, failing: 
     """`stepped`'s update (`moved`, its `zero_grad()` to its `step()`) goes after `end`, the step
     of the update the failing backward belongs to, and that backward keeps the graph for it
     (`retain_graph=True`). With `keep_to_own`, the moved backward also reaches weights the other
-    update has stepped by then: `inputs=` keeps it to `stepped`'s own parameters. None where the
-    moved backward already names its inputs."""
+    update has stepped by then: `inputs=` keeps it to `stepped`'s own parameters. The moved
+    backward's `retain_variables=True` (retain_graph's name before PyTorch 0.4, which today's
+    backward rejects) goes: it is the last backward now. None where the moved backward already
+    names its inputs."""
     text = source.text
+    edits = [graph_options.drop_keyword(source, moved_backward, "retain_variables")] \
+        if any(k.arg == "retain_variables" for k in moved_backward.keywords) else []
     if keep_to_own:
         if any(k.arg == "inputs" for k in moved_backward.keywords):
             return None
-        own = f"[p for group in {source.segment(stepped)}.param_groups for p in group['params']]"
-        text = apply_edits(text, [graph_options.insert_keyword(source, moved_backward, f"inputs={own}")])
+        own = f"inputs=[p for group in {source.segment(stepped)}.param_groups for p in group['params']]"
+        insert = graph_options.insert_keyword(source, moved_backward, own)
+        if edits and not moved_backward.args and len(moved_backward.keywords) == 1:
+            insert = replace(insert, content=own)  # the only argument went: no separator
+        edits.append(insert)
+    text = apply_edits(text, [e for e in edits if e is not None])
     retain = graph_options.add_retain_graph(source, failing, "")
     edits = (*move_lines(source, moved, end, after=True, text=text), *(retain.edits if retain is not None else ()))
     first, final = moved[0].lineno, moved[-1].end_lineno
     following = f"`{source.segment(end)}` (line {end.lineno})"
-    return Fix(f"Move the update of `{source.segment(stepped)}` (lines {first}-{final}) after {following}, and keep "
-               f"this backward's graph for it with `retain_graph=True`: both backward calls then go through the "
-               f"weights the graph was built with, and each optimizer steps with the gradients of its own loss "
-               f"(the moved `zero_grad()` clears what this backward left in its parameters)", edits, "safe")
+    other = update_receiver(end, "step")
+    return Fix(f"Update `{source.segment(stepped)}` after {f'`{other}`' if other else 'the next update'}: move its "
+               f"update (lines {first}-{final}) after {following}, and keep this backward's graph for it with "
+               f"`retain_graph=True`; both backward calls then go through the weights the graph was built with, and "
+               f"each optimizer steps with the gradients of its own loss (the moved `zero_grad()` clears what this "
+               f"backward left in its parameters)", edits, "safe")
