@@ -34,17 +34,17 @@ def update_after(source: Source, moved: list[ast.stmt], end: ast.stmt, failing: 
     backward rejects) goes: it is the last backward now. None where the moved backward already
     names its inputs."""
     text = source.text
-    edits = [graph_options.drop_keyword(source, moved_backward, "retain_variables")] \
+    keywords = [graph_options.drop_keyword(source, moved_backward, "retain_variables")] \
         if any(k.arg == "retain_variables" for k in moved_backward.keywords) else []
     if keep_to_own:
         if any(k.arg == "inputs" for k in moved_backward.keywords):
             return None
         own = f"inputs=[p for group in {source.segment(stepped)}.param_groups for p in group['params']]"
         insert = graph_options.insert_keyword(source, moved_backward, own)
-        if edits and not moved_backward.args and len(moved_backward.keywords) == 1:
+        if keywords and not moved_backward.args and len(moved_backward.keywords) == 1:
             insert = replace(insert, content=own)  # the only argument went: no separator
-        edits.append(insert)
-    text = apply_edits(text, [e for e in edits if e is not None])
+        keywords.append(insert)
+    text = apply_edits(text, [e for e in keywords if e is not None])
     retain = graph_options.add_retain_graph(source, failing, "")
     edits = (*move_lines(source, moved, end, after=True, text=text), *(retain.edits if retain is not None else ()))
     first, final = moved[0].lineno, moved[-1].end_lineno
