@@ -1074,3 +1074,24 @@ def only_updates(statements) -> bool:
         if not isinstance(stmt, (ast.Assign, ast.Expr)):
             return False
     return True
+
+
+def update_moved_after(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.stmt) -> tuple[list, ast.stmt] | None:
+    """The update that `step_stmt` (`opt.step()`) ends, from `opt`'s last `zero_grad()` before it,
+    and the first `step()` at or after `failing` in `block`, where that update can move after
+    it: only updates in between (nothing written in place), and nothing in between reads what
+    the moved statements bind. How both readings of "update it after the next one" (the
+    runtime's and the checker's) find what they move."""
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    stepped = update_receiver(step_stmt, "step")
+    if stepped is None or id(step_stmt) not in at or id(failing) not in at or at[id(step_stmt)] >= at[id(failing)]:
+        return None
+    last = at[id(step_stmt)]
+    zeroed = [i for i in range(last) if update_receiver(block[i], "zero_grad") == stepped]
+    end = next((stmt for stmt in block[at[id(failing)]:] if update_receiver(stmt, "step") is not None), None)
+    if not zeroed or end is None:
+        return None
+    moved, between = block[zeroed[-1]:last + 1], block[last + 1:at[id(end)] + 1]
+    if not only_updates(between) or src.names_bound(moved) & {n for stmt in between for n in src.names_read(stmt)}:
+        return None
+    return moved, end

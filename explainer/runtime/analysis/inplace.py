@@ -28,6 +28,7 @@ from ...reading.training import (
     only_updates,
     passed_arguments,
     runs_backward,
+    update_moved_after,
     update_receiver,
     whole_update,
 )
@@ -657,30 +658,18 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     if source is None or failing is None or step.filename != source.filename:
         return None
     step_stmt = src.innermost_statement(scope, step.row)
-    block = src.enclosing_block(failing)
-    at = {id(stmt): index for index, stmt in enumerate(block)}
-    stepped = src.call_receiver(step_stmt, "step") if isinstance(step_stmt, ast.Expr) else None
     call = src.call_named(failing, "backward")
-    if stepped is None or id(step_stmt) not in at or call is None or at[id(step_stmt)] >= at[id(failing)]:
+    found = update_moved_after(src.enclosing_block(failing), step_stmt, failing) if call is not None else None
+    if found is None:
         return None
-    last = at[id(step_stmt)]
-    zeroed = [i for i in range(last) if update_receiver(block[i], "zero_grad") == src.canonical(stepped)]
-    if not zeroed:
-        return None
-    moved = block[zeroed[-1]:last + 1]
-    if not any(src.call_named(stmt, "backward") is not None for stmt in moved):
-        return None
-    end = next((stmt for stmt in block[at[id(failing)]:] if update_receiver(stmt, "step") is not None), failing)
-    bound = src.names_bound(moved)
-    if bound & {name for stmt in block[last + 1:at[id(end)] + 1] for name in src.names_read(stmt)}:
-        return None  # a statement before the new place reads what the moved ones make
+    moved, end = found
+    stepped = src.call_receiver(step_stmt, "step")
     backward = [c for stmt in moved for c in [src.call_named(stmt, "backward")] if c is not None]
     loss = _backward_loss(ctx, source, backward[0]) if len(backward) == 1 else None
     if loss is None:
         return None
     first_stepping = ctx.lookup(update_receiver(end, "step"), source.filename) if end is not failing else None
-    if not isinstance(first_stepping, torch.optim.Optimizer) or step.optimizer() is None \
-            or not only_updates(block[last + 1:at[id(end)] + 1]):
+    if not isinstance(first_stepping, torch.optim.Optimizer) or step.optimizer() is None:
         return None
     reached = set().union(*(parameters_under(root.grad_fn) for root in ctx.roots))
     if any(other.optimizer() is not step.optimizer() and trained_by(other.optimizer()) & reached for other in steps):

@@ -14,9 +14,8 @@ from ...reading.training import (
     Backward,
     backward_calls,
     has_history,
-    only_updates,
     scopes,
-    update_receiver,
+    update_moved_after,
 )
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
@@ -126,24 +125,17 @@ def _update_after(source, scope, step: Step, backward: Backward, calls) -> Fix |
     failing, step_stmt = backward.statement, src.statement_of(step.call)
     if made is None or made.stmt.lineno >= step.line:
         return None
-    block = src.enclosing_block(failing)
-    at = {id(stmt): index for index, stmt in enumerate(block)}
-    if id(step_stmt) not in at or at[id(step_stmt)] >= at[id(failing)]:
+    found = update_moved_after(src.enclosing_block(failing), step_stmt, failing)
+    if found is None:
         return None
-    last, stepped = at[id(step_stmt)], step.call.func.value
-    zeroed = [i for i in range(last) if update_receiver(block[i], "zero_grad") == step.optimizer]
-    moved = block[zeroed[-1]:last + 1] if zeroed else []
+    moved, end = found
     moved_calls = [c for c in calls if any(c.statement is stmt for stmt in moved)]
     if len(moved_calls) != 1 or not moved_calls[0].retains_graph():
-        return None
-    end = next((stmt for stmt in block[at[id(failing)]:] if update_receiver(stmt, "step") is not None), None)
-    if end is None or not only_updates(block[last + 1:at[id(end)] + 1]) \
-            or src.names_bound(moved) & {n for stmt in block[last + 1:at[id(end)] + 1] for n in src.names_read(stmt)}:
         return None
     # What the moved loss reaches of the weights stepped first (a plain tensor the resampling
     # weights' optimizer trains, not a module) the source does not always show: its backward is
     # kept to its own optimizer's parameters.
-    return reorder_updates.update_after(source, moved, end, backward.call, stepped, moved_calls[0].call,
+    return reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value, moved_calls[0].call,
                                         keep_to_own=True)
 
 
