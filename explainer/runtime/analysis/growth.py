@@ -34,12 +34,7 @@ def _with_every_carrier(ctx: Context, first: Fix, candidate, others, failing) ->
             return Fix(first.message, first.edits, "unsafe")
         edits.extend(same[0].edits)
         names.append(other.name)
-    if len(names) == 1:
-        return first
-    more = names[1:]
-    listed = ", ".join(f"`{n}`" for n in more[:-1]) + (" and " if len(more) > 1 else "") + f"`{more[-1]}`"
-    return Fix(f"{first.message} (and the same for {listed}, which carr{'y' if len(more) > 1 else 'ies'} "
-               f"history too)", tuple(edits), first.applicability)
+    return _also_for(first, edits, names, ("carries history", "carry history"))
 
 
 def explain_graph_growth(ctx: Context) -> Finding | None:
@@ -175,12 +170,18 @@ def _with_every_total(first: Fix, candidate, others: list) -> Fix:
             continue
         edits.extend(same.edits)
         names.append(other.name)
-    if len(names) == 1:
-        return first
+    return _also_for(first, edits, names, ("keeps graphs", "keep graphs"))
+
+
+def _also_for(first: Fix, edits: list, names: list[str], which: tuple[str, str]) -> Fix:
+    """`first` with `edits`, the same fix for each of `names` after the first, its message saying
+    so (`which`: what the others do, said of one and of several); `first` where there is none."""
     more = names[1:]
+    if not more:
+        return first
     listed = ", ".join(f"`{n}`" for n in more[:-1]) + (" and " if len(more) > 1 else "") + f"`{more[-1]}`"
-    return Fix(f"{first.message} (and the same for {listed}, which keep{'' if len(more) > 1 else 's'} "
-               f"graphs too)", tuple(edits), first.applicability)
+    return Fix(f"{first.message} (and the same for {listed}, which {which[len(more) > 1]} too)", tuple(edits),
+               first.applicability)
 
 
 def _stale_spans(tops, marks: list[int]) -> dict[int, int]:
