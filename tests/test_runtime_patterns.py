@@ -1753,3 +1753,43 @@ def test_an_update_does_not_move_before_a_statement_that_reads_what_it_binds(exp
     """).lstrip())
     (finding,) = explain_run(script).findings
     assert finding["fixes"] and not [f for f in finding["fixes"] if f["message"].startswith("Update `p_opt` first")]
+
+
+@pytest.mark.parametrize("nested, owner", [
+    (False, "method `train_embedder`"),
+    (True, "closure"),
+])
+def test_what_repeats_the_backward_is_named_as_the_user_wrote_it(nested, owner, explain_run, tmp_path):
+    """TimeGAN's shape: `self.H` made in one method, back-propagated in another that the loop
+    calls. The message names that method; only a def nested in a function is a closure."""
+    train = textwrap.indent(textwrap.dedent("""
+        def train_embedder(self):
+            self.opt.zero_grad()
+            (self.H - 1).pow(2).mean().backward()
+            self.opt.step()
+    """), "    ")
+    if nested:
+        train = train.replace("def train_embedder(self):", "def train_embedder(self):\n        def run():", 1)
+        train = "\n".join(("    " + line if i > 2 and line.strip() else line)
+                          for i, line in enumerate(train.splitlines())) + "\n        run()\n"
+    code = textwrap.dedent("""
+        import torch
+
+        class Trainer:
+            def __init__(self):
+                self.embedder = torch.nn.Linear(3, 3)
+                self.opt = torch.optim.SGD(self.embedder.parameters(), lr=0.1)
+
+            def gen_batch(self):
+                self.H = self.embedder(torch.randn(4, 3))
+    """).lstrip() + train + textwrap.dedent("""
+        trainer = Trainer()
+        trainer.gen_batch()
+        for _ in range(3):
+            trainer.train_embedder()
+    """)
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    assert finding["culprits"][0]["name"] == "self.H"
+    assert f"before the {owner} that calls backward" in finding["message"], finding["message"]

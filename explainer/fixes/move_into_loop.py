@@ -17,9 +17,27 @@ def move_into_body(source: Source, stmt: ast.stmt, owner: ast.AST, carrier: str)
     first = owner.body[0]
     if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant):
         first = owner.body[1] if len(owner.body) > 1 else first
-    kind = "closure" if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) else "loop"
-    return Fix(f"Compute `{carrier}` inside the {kind}, so each backward gets a fresh graph",
+    return Fix(f"Compute `{carrier}` inside the {repeater(owner)}, so each backward gets a fresh graph",
                (delete_lines(source, stmt), insert_lines_before(source, first, statement_text(source, stmt))))
+
+
+def repeater(owner: ast.AST) -> str:
+    """How the messages name `owner`, what repeats the backward: the loop; the closure (a def
+    nested in a function, or one handed to a call such as LBFGS's `optimizer.step(closure)`);
+    else the method or function by its name (TimeGAN's `train_embedder`, called once per batch)."""
+    if not isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return "loop"
+    scope = _scope(owner)
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) or _handed_on(owner, scope):
+        return "closure"
+    return f"{'method' if isinstance(scope, ast.ClassDef) else 'function'} `{owner.name}`"
+
+
+def _handed_on(owner: ast.FunctionDef | ast.AsyncFunctionDef, scope: ast.AST | None) -> bool:
+    return scope is not None and any(
+        isinstance(call, ast.Call) and any(isinstance(a, ast.Name) and a.id == owner.name
+                                           for a in (*call.args, *(k.value for k in call.keywords)))
+        for call in ast.walk(scope))
 
 
 def inline_attribute(source: Source, class_node: ast.ClassDef, stmt: ast.stmt, attribute: str) -> Fix | None:

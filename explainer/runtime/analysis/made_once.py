@@ -62,9 +62,8 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
         fixes.append(constant_data.detach_snapshot(located.source, located.store, name, model))
     else:
         fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
-    kind = "closure" if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) else "loop"
     return finding("BX004", "run-before", "second-backward", freed_graph(ctx, name, located, previous, "grows",
-                                                                         owner=kind),
+                                                                         owner=move_into_loop.repeater(owner)),
                    [culprit(ctx, candidate)], fixes)
 
 
