@@ -1118,6 +1118,33 @@ PATTERNS = {
             g_loss.backward()
             g_opt.step()
     """),
+    # A forward hook's holder closed after one phase and read again in the next: no forward
+    # refills it (fastai's SaveFeatures, one object this time).
+    "hook_closed_before_next_phase": ("second-backward", "saver", """
+        import torch
+
+        class Saver:
+            def __init__(self, module):
+                self.handle = module.register_forward_hook(self.keep)
+
+            def keep(self, module, inputs, output):
+                self.out = output
+
+            def close(self):
+                self.handle.remove()
+
+        body, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD([*body.parameters(), *head.parameters()], lr=0.1)
+        saver = Saver(body)  # culprit
+        for phase in range(2):
+            for step in range(2):
+                opt.zero_grad()
+                x = torch.randn(8, 4)
+                loss = head(body(x)).pow(2).mean() + saver.out.pow(2).mean()
+                loss.backward()
+                opt.step()
+            saver.close()
+    """),
 }
 
 

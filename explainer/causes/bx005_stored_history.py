@@ -38,7 +38,11 @@ for x, y in batches:
 When the loss reaches the stored tensors only through the container (REINFORCE's
 `-torch.stack(log_probs).sum() * episode_return`), detaching them would leave it nothing to
 train: the fix empties the container after the backward that consumed it
-(`log_probs.clear()`).""",
+(`log_probs.clear()`).
+
+At runtime, objects that keep what forward hooks store (fastai's `SaveFeatures`) are stale once
+their hooks are removed (`sf.close()`): the next section of a notebook reads the output of the
+last forward before the removal. The fix makes them again, hooks and all, before that section.""",
     messages={
         "stored": Message(
             "`{carrier}` keeps `{value}` with its autograd history across iterations, and a later step "
@@ -64,5 +68,13 @@ train: the fix empties the container after the backward that consumed it
             "iteration, and no backward goes through them. Memory grows until training slows down or runs out.",
             "`{carrier}` chains every iteration's graph to the previous one: memory grows.",
             ("keeps every iteration's graph",)),
+        "run-hooks-removed": Message(
+            "The hooks of `{carrier}` (made at {where}) were removed, and its `{owner}` objects still hold "
+            "`{attribute}` from the last forward before that. {freed} that forward's graph, and this backward "
+            "(line {backward.row}) reaches it again through `{carrier}`: no forward refills `{attribute}` while "
+            "the hooks are gone.",
+            "The hooks of `{carrier}` were removed: it still holds `{attribute}` from a forward whose graph an "
+            "earlier backward freed.",
+            ("its hooks were removed; it holds a freed graph's output",)),
     },
 )

@@ -1,6 +1,7 @@
 """second-backward: a backward reaches history that an earlier backward freed. Split the graph
 at the previous backward's mark, find the tensor that carries stale history into this one, and
-hand it to its cause's family: carried (BX001/BX002), stored (BX005), made once (BX004), shared
+hand it to its cause's family: carried (BX001/BX002), stored (BX005, kept by hooks since removed
+among them), made once (BX004), shared
 (BX006), freed by autograd.grad (BX010), or unnamed (BX012)."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ...reading import source as src
 from .. import graph
 from ..records import BackwardCall
 from .carried import explain_carried
+from .closed_hooks import explain_closed_hooks
 from .context import Context
 from .grad_frees import explain_freed_by_grad
 from .locate import Candidate, Located, carriers
@@ -85,6 +87,9 @@ def _shared_with_previous(ctx: Context, roots, previous: BackwardCall) -> tuple[
 def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, current: graph.Walk,
                  others: list[Candidate]) -> Finding:
     source, scope, failing = ctx.failing_statement()
+    closed = explain_closed_hooks(ctx, candidate, others, previous)
+    if closed is not None:
+        return closed
     if candidate.relation == "direct" and _fed_back_in_a_loop(candidate.located):
         candidate.relation = "carried"
     elif candidate.relation == "direct" and (_memo(candidate.located) or _read_then_replaced(candidate.located)):
