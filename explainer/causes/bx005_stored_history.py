@@ -42,7 +42,7 @@ train: the fix empties the container after the backward that consumed it
 
 At runtime, objects that keep what forward hooks store (fastai's `SaveFeatures`) are stale once
 their hooks are removed (`sf.close()`): the next section of a notebook reads the output of the
-last forward before the removal. The fix makes them again, hooks and all, before that section.""",
+last forward before the removal. The fix makes them again, hooks and all, right after the removal.""",
     messages={
         "stored": Message(
             "`{carrier}` keeps `{value}` with its autograd history across iterations, and a later step "
@@ -69,8 +69,8 @@ last forward before the removal. The fix makes them again, hooks and all, before
             "`{carrier}` chains every iteration's graph to the previous one: memory grows.",
             ("keeps every iteration's graph",)),
         "run-hooks-removed": Message(
-            "The hooks of `{carrier}` (made at {where}) were removed, and its `{owner}` objects still hold "
-            "`{attribute}` from the last forward before that. {freed} that forward's graph, and this backward "
+            "The hooks of `{carrier}` (made at {where}) were removed, and `{holder_class}.{attribute}` still holds "
+            "the output of the last forward before that. {freed} that forward's graph, and this backward "
             "(line {backward.row}) reaches it again through `{carrier}`: no forward refills `{attribute}` while "
             "the hooks are gone.",
             "The hooks of `{carrier}` were removed: it still holds `{attribute}` from a forward whose graph an "

@@ -36,7 +36,8 @@ def explain_closed_hooks(ctx: Context, candidate: Candidate, others: list[Candid
         target = next(t for t in src.targets_of(made) if src.canonical(t) == name)
         here = Located(source, scope, made, target, name, False)
         attribute = reached.binding.steps[-1][1]
-        evidence = freed_graph(ctx, name, here, previous, "grows", attribute=attribute, owner=type(owner).__name__)
+        evidence = freed_graph(ctx, name, here, previous, "grows", attribute=attribute,
+                               holder_class=type(owner).__name__)
         removal = _last_removal(scope, name, frame.f_lineno, _removers(type(owner)))
         fix = register_again.register_again(source, made, removal, name) if removal is not None else None
         return finding("BX005", "run-hooks-removed", "second-backward", evidence,
