@@ -34,9 +34,6 @@ NOT_YET: dict[str, str] = {
                                                   "loss on (230), not the forward inside `process()` (198); no "
                                                   "fix moves the discriminator's update across the two methods, "
                                                   "as the maintainer did",
-    "real/gpytorch_exact_gp_mean_cache": "fixes[0] stores the cache detached, as the twin does, but unsafe: "
-                                         "nothing proves the stored cache is not read again in the step that "
-                                         "stores it",
     "real/styletts2_slm_disc_step_before_gen": "named `wl.wd.conv_post.weight` at the user's call (line 191), not "
                                                "`model.wd` where WavLMLoss.generator calls it (114); fixes[0] "
                                                "recomputes after the discriminator's step, the twin updates the "

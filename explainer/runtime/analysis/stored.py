@@ -43,13 +43,21 @@ def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, c
             container = name
         fix = detach_carried.detach_stored_value(located.source, located.store, container,
                                                  _stored_as_tuple(ctx, candidate.binding))
-        # A module's cache is read again within the step that fills it (every layer asks it for
-        # the same frequencies), and so is a state stored for the next time step of this pass:
-        # detaching it changes this step's gradients too.
-        unsafe = cache or candidate.used_now
+        # A module's cache may be read again within the step that fills it (every layer asks it
+        # for the same frequencies), and a state stored for the next time step of this pass is:
+        # detaching either changes this step's gradients too. This pass's graph shows how often a
+        # pass reads what the last one stored; read once (GPyTorch's `self.mean_cache`, handed to
+        # the solve that made it), no pass reads its own store before its backward.
+        unsafe = (cache and not _read_once_this_pass(candidate, current)) or candidate.used_now
         fixes.append(Fix(fix.message, fix.edits, "unsafe") if fix is not None and unsafe else fix)
     return finding("BX005", "run-stored", "second-backward", freed_graph(ctx, name, located, previous, "grows"),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
+
+
+def _read_once_this_pass(candidate: Candidate, current: graph.Walk) -> bool:
+    """The stale value is the one bound now, and exactly one node of this pass's graph consumes it."""
+    grad_fn = candidate.binding.value.grad_fn
+    return grad_fn is not None and len(set(current.consumers.get(id(grad_fn), ()))) == 1
 
 
 def _stored_as_tuple(ctx: Context, binding) -> bool:
