@@ -1820,3 +1820,60 @@ def test_what_repeats_the_backward_is_named_as_the_user_wrote_it(nested, owner, 
     finding = explain_run(script).findings[0]
     assert finding["culprits"][0]["name"] == "self.H"
     assert f"before the {owner} that calls backward" in finding["message"], finding["message"]
+
+
+RERUN_ELSEWHERE = """
+    import torch
+
+    class Trainer:
+        def __init__(self):
+            self.embedder = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(DROP))
+            self.head = torch.nn.Linear(3, 1)
+            self.opt_e = torch.optim.SGD(self.embedder.parameters(), lr=0.1)
+            self.opt_h = torch.optim.SGD(self.head.parameters(), lr=0.1)
+
+        def gen_batch(self):
+            self.x = torch.randn(4, 3)
+            self.h = self.embedder(self.x)  # culprit
+            self.y = self.head(self.h)
+
+        def train_head(self):
+            self.opt_h.zero_grad()
+            self.y.pow(2).mean().backward()
+            self.opt_h.step()
+
+        def train_embedder(self):
+            self.opt_e.zero_grad()
+            (self.h - 1).pow(2).mean().backward()
+            self.opt_e.step()
+
+    trainer = Trainer()
+    for _ in range(3):
+        trainer.gen_batch()
+        trainer.train_head()
+        trainer.train_embedder()
+"""
+
+
+@pytest.mark.parametrize("drop, applicability", [(0.0, "safe"), (0.5, "unsafe")])
+def test_a_forward_made_by_another_method_runs_again_before_the_backward_that_needs_it(drop, applicability,
+                                                                                      explain_run, tmp_path):
+    """TimeGAN's shape: `gen_batch` draws a batch and runs the networks; `train_head`'s backward
+    frees the graph `train_embedder` needs. The forward moves into a method of its own and runs
+    again before `train_embedder`, on the same batch (the draw stays in `gen_batch`); with
+    dropout it would not repeat the first run, so it is not safe."""
+    code = textwrap.dedent(RERUN_ELSEWHERE).lstrip().replace("DROP", str(drop))
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("self.h", 12)
+    fix = finding["fixes"][0]
+    assert fix["message"].startswith("Run the forward of `gen_batch` again before `train_embedder`"), fix["message"]
+    assert fix["applicability"] == applicability
+    patched = apply_edits(code, Fix.from_json(fix).edits)
+    assert "    def gen_batch_forward(self):\n        self.h = self.embedder(self.x)" in patched
+    assert "self.x = torch.randn(4, 3)\n        self.gen_batch_forward()" in patched
+    assert "trainer.train_head()\n    trainer.gen_batch_forward()\n    trainer.train_embedder()" in patched
+    (tmp_path / "patched.py").write_text(patched)
+    after = explain_run(tmp_path / "patched.py")
+    assert (after.returncode, after.findings) == (0, []), after.stderr

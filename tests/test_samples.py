@@ -53,9 +53,6 @@ NOT_YET: dict[str, str] = {
                                          "proposal networks' closure, where the estimator's graph enters the rays'",
     "real/redq_policy_loss_after_q_step": "the Q step is named, but no fix: the twin back-propagates both losses "
                                           "before any step with the Q nets frozen for the policy's forward",
-    "real/timegan_rebuild_joint_embedder_reuses_forward": "`self.H` is named, but no fix: the maintainer re-runs "
-                                                          "the forward `gen_batch()` made, in a method of its own, "
-                                                          "between the generator's step and the embedder's backward",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }

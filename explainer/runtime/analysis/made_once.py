@@ -7,7 +7,7 @@ import ast
 
 import torch
 
-from ...fixes import constant_data, detach_every_read, detach_peer_reads, move_into_loop, own_value
+from ...fixes import constant_data, detach_every_read, detach_peer_reads, move_into_loop, own_value, rerun_forward
 from ...model import Finding
 from ...reading import source as src
 from ...reading.dataflow import ancestors
@@ -62,9 +62,48 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
         fixes.append(constant_data.detach_snapshot(located.source, located.store, name, model))
     else:
         fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
+        fixes.append(_rerun_elsewhere(ctx, candidate, owner))
     return finding("BX004", "run-before", "second-backward", freed_graph(ctx, name, located, previous, "grows",
                                                                          owner=move_into_loop.repeater(owner)),
                    [culprit(ctx, candidate)], fixes)
+
+
+def _rerun_elsewhere(ctx: Context, candidate: Candidate, owner: ast.AST):
+    """Made by one method of the object (`gen_batch`) and back-propagated by another (`owner`,
+    `train_embedder`) that the caller runs after a backward freed it: run the forward again, in
+    a method of its own, before the caller's call of `owner`."""
+    located = candidate.located
+    maker = located.scope
+    if located.class_node is None or not isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            or not isinstance(maker, ast.FunctionDef) or maker is owner \
+            or src.parent(maker) is not located.class_node or src.parent(owner) is not located.class_node:
+        return None
+    index = next((i for i, frame in enumerate(ctx.frames) if frame.f_code.co_name == owner.name
+                  and frame.f_code.co_filename == located.source.filename), None)
+    if index is None or index + 1 >= len(ctx.frames):
+        return None
+    caller_source, caller_scope = ctx.frame_source(ctx.frames[index + 1])
+    if caller_source is None:
+        return None
+    caller = src.statement_at(caller_scope, ctx.frames[index + 1].f_lineno)
+    call = next((c for c in ast.walk(caller) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                 and c.func.attr == owner.name), None) if caller is not None else None
+    first = next((s for s in maker.body if s.lineno <= located.store.lineno and ctx.made_history(s)), None)
+    if call is None or first is None:
+        return None
+    return rerun_forward.rerun_forward(located.source, maker, first, caller_source, caller,
+                                       caller_source.segment(call.func.value), owner.name,
+                                       not _drops_out(candidate.binding.owner))
+
+
+def _drops_out(owner: object) -> bool:
+    """Whether a module the object holds applies dropout in training mode: its forward, run
+    again, would not give the values the first run gave."""
+    modules = [v for v in getattr(owner, "__dict__", {}).values() if isinstance(v, torch.nn.Module)]
+    if isinstance(owner, torch.nn.Module):
+        modules.append(owner)
+    return any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.training and m.p > 0
+               for module in modules for m in module.modules())
 
 
 def _partly_detached(ctx: Context, candidate: Candidate, previous: BackwardCall, failing, source) -> Finding | None:
