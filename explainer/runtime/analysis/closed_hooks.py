@@ -25,7 +25,9 @@ def explain_closed_hooks(ctx: Context, candidate: Candidate, others: list[Candid
     if owner is None or not _hooks_removed(owner):
         return None
     for reached in (candidate, *others):
-        if reached.located != candidate.located or type(reached.binding.owner) is not type(owner):
+        steps = reached.binding.steps
+        if reached.located != candidate.located or type(reached.binding.owner) is not type(owner) \
+                or not steps or steps[-1][0] != "attr":
             continue
         frame = ctx.frames[reached.binding.frame_index]
         source, scope = ctx.frame_source(frame)
@@ -33,9 +35,11 @@ def explain_closed_hooks(ctx: Context, candidate: Candidate, others: list[Candid
         made = _made_by(source, scope, name, frame.f_lineno, type(owner).__name__) if source is not None else None
         if made is None:
             continue
-        target = next(t for t in src.targets_of(made) if src.canonical(t) == name)
+        target = next((t for t in src.targets_of(made) if src.canonical(t) == name), None)
+        if target is None:
+            continue
         here = Located(source, scope, made, target, name, False)
-        attribute = reached.binding.steps[-1][1]
+        attribute = steps[-1][1]
         evidence = freed_graph(ctx, name, here, previous, "grows", attribute=attribute,
                                holder_class=type(owner).__name__)
         removal = _last_removal(scope, name, frame.f_lineno, _removers(type(owner)))
@@ -66,8 +70,9 @@ def _made_by(source: src.Source, scope: ast.AST, name: str, row: int, made_by: s
 
 
 def _removers(cls: type) -> set[str]:
-    """The methods of `cls` that remove a hook (`def close(self): self.hook.remove()`)."""
-    return {name for name, function in vars(cls).items()
+    """The methods of `cls` (or a class it derives from) that remove a hook (`def close(self):
+    self.hook.remove()`)."""
+    return {name for klass in cls.__mro__[:-1] for name, function in vars(klass).items()
             if "remove" in getattr(getattr(function, "__code__", None), "co_names", ())}
 
 
