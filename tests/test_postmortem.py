@@ -44,7 +44,6 @@ MISSES = {
 HOOKED_WRONG = {
     "real/keras_stateful_lstm_state_assign",
     "real/styletts2_slm_disc_step_before_gen",
-    "real/bppnet_dis_step_before_unet_backward",
 }
 
 

@@ -1877,3 +1877,50 @@ def test_a_forward_made_by_another_method_runs_again_before_the_backward_that_ne
     (tmp_path / "patched.py").write_text(patched)
     after = explain_run(tmp_path / "patched.py")
     assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_a_loss_passed_down_twice_is_named_where_the_stepped_model_ran(explain_run, tmp_path):
+    """SAC-Discrete's shape (p-christ's agent): `learn` gets the actor's loss from
+    `calculate_actor_loss`, where the critic runs, and hands it to `update_all_parameters`, which
+    hands it to the helper that steps the critic, then back-propagates it. The weight is named
+    where the critic ran, inside the method that returned; the loss by the name `learn` gave it."""
+    code = textwrap.dedent("""
+        import torch
+
+        class Agent:
+            def __init__(self):
+                self.actor = torch.nn.Linear(4, 2)
+                self.critic = torch.nn.Sequential(torch.nn.Linear(6, 1))
+                self.actor_opt = torch.optim.SGD(self.actor.parameters(), lr=0.1)
+                self.critic_opt = torch.optim.SGD(self.critic.parameters(), lr=0.1)
+
+            def step(self, optimizer, loss):
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+            def actor_loss(self, s):
+                q = self.critic(torch.cat([s, self.actor(s).softmax(-1)], -1))
+                return -q.mean()
+
+            def update_all(self, critic_loss, actor_loss):
+                self.step(self.critic_opt, critic_loss)
+                self.step(self.actor_opt, actor_loss)
+
+            def learn(self):
+                s = torch.randn(6, 4)
+                critic_loss = self.critic(torch.cat([s, torch.rand(6, 2)], -1)).pow(2).mean()
+                policy_loss = self.actor_loss(s)
+                self.update_all(critic_loss, policy_loss)
+
+        agent = Agent()
+        for _ in range(2):
+            agent.learn()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    named = [(c["name"], c["location"]["row"]) for c in finding["culprits"]]
+    row = code.splitlines().index("        q = self.critic(torch.cat([s, self.actor(s).softmax(-1)], -1))") + 1
+    made = code.splitlines().index("        policy_loss = self.actor_loss(s)") + 1
+    assert named == [("self.critic[0].weight", row), ("policy_loss", made)], named

@@ -200,13 +200,21 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         fixes.insert(0 if recomputed is None or forward_first else recomputed + 1, first)
     located = carrier.located if carrier is not None else None
     culprits = []
+    built_name = carrier.name if carrier is not None else ""
     if located is not None:
-        culprits = [culprit_at(name, located.source, _module_call_at(located, name)), culprit(ctx, carrier)]
+        read = _module_call_at(located, name)
+        built = _built_in_a_callee(ctx, carrier, parameter) if not _calls_a_holder(located, name) else None
+        if built is not None:
+            # Where the model ran, as the helper path above names it.
+            culprits = [culprit_at(name, built.source, built.location), culprit(ctx, carrier)]
+            located, built_name = built, built.target_text
+        else:
+            culprits = [culprit_at(name, located.source, read), culprit(ctx, carrier)]
     elif step_site is not None:
         culprits = [Culprit(name, step_site.filename, Location(step_site.row, 1), "", step_site.code)]
     evidence = Evidence(name, made_at(ctx, located), ctx.backward_site(), steps=(step_site,) if step_site else (),
                         advice="after-step", facts=(
-                            ("built", carrier.name if carrier is not None else ""),
+                            ("built", built_name),
                             ("manual", step is not None and step.optimizer() is None), *version_facts(detail)))
     if step is None:
         code, variant = "BX011", "run-unknown"
@@ -233,6 +241,34 @@ def _module_call_at(located: Located, parameter: str) -> Location:
                     and _calls_one_of(src.canonical(node.func), modules):
                 return node_start(located.source, node)
     return located.location
+
+
+def _built_in_a_callee(ctx, carrier: Candidate, parameter) -> Located | None:
+    """Where the model holding `parameter` ran, when the carrier's statement calls no such model
+    but a function of the user's that did: `qf2_pi = self.critic_local_2(state_batch)` inside
+    `calculate_actor_loss`, whose loss SAC-Discrete's `learn` binds to `policy_loss`."""
+    if parameter is None:
+        return None
+    located, frame = carrier.located, ctx.frames[carrier.binding.frame_index]
+    if located.source.filename != frame.f_code.co_filename or not isinstance(located.store, ast.stmt):
+        return None
+    values = {**frame.f_globals, **frame.f_locals}
+    found = made_by_calling(Scope(located.source, located.scope, values.get("self"), values),
+                            src.canonical(located.target_text), located.store.end_lineno + 1,
+                            lambda model: isinstance(model, torch.nn.Module)
+                            and any(p is parameter for p in model.parameters()))
+    if found is None or found[0].node is located.scope:
+        return None  # made in the carrier's own function (tianshou's `obs_result = self(batch)`)
+    where, assignment = found
+    return Located(where.source, where.node, assignment.stmt, assignment.target,
+                   where.source.segment(assignment.target), False)
+
+
+def _calls_a_holder(located: Located, parameter: str) -> bool:
+    """Whether the carrier's statement itself calls a model that holds `parameter`."""
+    modules = {parameter[:i] for i, c in enumerate(parameter) if c in ".["} - {"self"}
+    return any(isinstance(node, ast.Call) and _calls_one_of(src.canonical(node.func), modules)
+               for node in ast.walk(located.store))
 
 
 def _calls_one_of(func: str, modules: set[str]) -> bool:

@@ -359,11 +359,19 @@ def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
         return binding
     # `losses[1]`, an element of the list the caller passed (`self._optimize_step(losses, ...)`).
     passed = frame.f_locals.get(binding.base) if binding.steps else binding.value
+    nearest = binding
     for index in range(binding.frame_index + 1, len(ctx.frames)):
         for name, value in list(ctx.frames[index].f_locals.items()):
             if value is passed:
-                return naming.Binding(index, name, binding.steps, binding.value, None)
-    return binding
+                found = naming.Binding(index, name, binding.steps, binding.value, None)
+                if not naming.is_argument(ctx.frames[index], name):
+                    return found
+                # Passed down again (SAC-Discrete's `learn` hands `policy_loss` to
+                # `update_all_parameters(..., actor_loss, ...)`, which hands it to the helper
+                # that steps): the name it was made under is further up.
+                nearest = found if nearest is binding else nearest
+                break
+    return nearest
 
 
 def element_of_iterated(ctx: Context, binding: naming.Binding) -> naming.Binding:
