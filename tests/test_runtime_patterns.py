@@ -1563,8 +1563,9 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     ("a module's kept value filled by an evaluation under no_grad", "safe",
      "    def train(self, mode=True):\n        if mode:\n            self.enriched = None\n"
      "        return super().train(mode)\n", ""),
-    # The state stored for the next call goes without history; this call's value keeps it.
-    ("a cache handed to a helper and replaced by what it returns", "unsafe", "self.cache = cache.detach()", ""),
+    # The state stored for the next call goes without history; this call's value keeps it. A
+    # pass reads the stored cache once (this graph shows one consumer): safe.
+    ("a cache handed to a helper and replaced by what it returns", "safe", "self.cache = cache.detach()", ""),
     # The discriminator's update moves up; nothing is computed twice.
     ("both losses built, then the discriminator's update before the generator's backward", "safe",
      "    d_loss.backward()\n    d_opt.step()\n    d_opt.zero_grad()\n    g_fake = disc(fake)", "g_fake = disc(fake)\n    g_fake"),
