@@ -52,6 +52,11 @@ NOT_YET: dict[str, str] = {
                                          "proposal networks' closure, where the estimator's graph enters the rays'",
     "real/redq_policy_loss_after_q_step": "the Q step is named, but no fix: the twin back-propagates both losses "
                                           "before any step with the Q nets frozen for the policy's forward",
+    "real/pchrist_sac_discrete_actor_loss_before_critic_steps": "named where the critic ran inside "
+                                                                "`calculate_actor_loss` (131), but no fix: the "
+                                                                "critics' steps and the actor's run in one call "
+                                                                "(`update_all_parameters`), which the maintainers "
+                                                                "split to compute the actor's loss between them",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }
