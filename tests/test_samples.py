@@ -57,6 +57,17 @@ NOT_YET: dict[str, str] = {
                                                                 "critics' steps and the actor's run in one call "
                                                                 "(`update_all_parameters`), which the maintainers "
                                                                 "split to compute the actor's loss between them",
+    "real/cldice_binary_mask_pred": "no finding: the walk from the loss goes into the criterion's forward and "
+                                    "never back to the argument `y_pred`, a mask thresholded by a comparison",
+    "real/naked_attention_epoch_loss_accumulates_graph": "no finding: nothing reports the epoch total `e_train`, "
+                                                         "which chains each batch's graph onto the last until "
+                                                         "the epoch ends",
+    "real/pg_is_all_you_need_sac_actor_after_q_step": "named right, but fixes[0] recomputes `q_pred` and `v_pred` "
+                                                      "after the Q step; the twin moves the whole actor update "
+                                                      "(and its soft target update) before the Q and V steps",
+    "real/refinenet_crp_inplace_add": "named `a [2, 8, 8, 8] tensor` at the training loop's line (211), not `x` "
+                                      "in `ChainedResidualPool.forward` (84), where `x += path` overwrites what "
+                                      "the max-pool saved; no fix",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }
