@@ -64,7 +64,7 @@ def _made_by(source: src.Source, scope: ast.AST, name: str, row: int, made_by: s
     """The assignment that last bound `name` before `row` when it calls `made_by`
     (`sfs = [SaveFeatures(m) for m in ...]`)."""
     assignment = src.last_assignment(scope, name, row)
-    if assignment is None or not any(_calls(node, made_by) for node in ast.walk(assignment.stmt)):
+    if assignment is None or not src.calls_named(assignment.stmt, made_by):
         return None
     return assignment.stmt
 
@@ -85,11 +85,11 @@ def _last_removal(scope: ast.AST, name: str, row: int, removers: set[str]) -> as
         return None
     around = {id(a) for a in src.ancestors(current)} | {id(scope)}
     removals = [_removal_statement(call, name) for call in src.own_nodes(scope) if _calls_on(call, name, removers)]
-    above = [s for s in removals if s is not None and s.end_lineno < current.lineno and id(src.parent(s)) in around]
+    above = [s for s in removals if s.end_lineno < current.lineno and id(src.parent(s)) in around]
     if above:
         return max(above, key=lambda s: s.lineno)
     loops = {id(loop) for loop in src.loops_around(current)}
-    return next((s for s in removals if s is not None and s.lineno > current.end_lineno
+    return next((s for s in removals if s.lineno > current.end_lineno
                  and any(id(a) in loops for a in src.ancestors(s)) and id(src.parent(s)) in around | loops), None)
 
 
@@ -110,10 +110,3 @@ def _loop_over(node: ast.AST, variable: str, name: str) -> ast.For | None:
     return next((loop for loop in src.loops_around(node)
                  if isinstance(loop, ast.For) and src.iterated_by(loop.target, loop.iter, variable) is not None
                  and src.canonical(loop.iter) == name), None)
-
-
-def _calls(node: ast.AST, name: str) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    func = node.func
-    return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
