@@ -202,14 +202,13 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     culprits = []
     built_name = carrier.name if carrier is not None else ""
     if located is not None:
-        read = _module_call_at(located, name)
         built = _built_in_a_callee(ctx, carrier, parameter) if not _calls_a_holder(located, name) else None
         if built is not None:
             # Where the model ran, as the helper path above names it.
             culprits = [culprit_at(name, built.source, built.location), culprit(ctx, carrier)]
             located, built_name = built, built.target_text
         else:
-            culprits = [culprit_at(name, located.source, read), culprit(ctx, carrier)]
+            culprits = [culprit_at(name, located.source, _module_call_at(located, name)), culprit(ctx, carrier)]
     elif step_site is not None:
         culprits = [Culprit(name, step_site.filename, Location(step_site.row, 1), "", step_site.code)]
     evidence = Evidence(name, made_at(ctx, located), ctx.backward_site(), steps=(step_site,) if step_site else (),
@@ -229,7 +228,7 @@ def _module_call_at(located: Located, parameter: str) -> Location:
     of `self.qf2(obs, new_obs_actions)` inside a `torch.min(...)` spread over several lines, or of
     `new_pi = agent.target_actor.forward(new_states)` where the graph was kept by
     `all_agents_new_actions.append(new_pi)`."""
-    modules = {parameter[:i] for i, c in enumerate(parameter) if c in ".["} - {"self"}  # `qf2[2]`, `qf2`
+    modules = _holders(parameter)
     statements = [located.store]
     kept = located.store.args[-1] if isinstance(located.store, ast.Call) and located.store.args else None
     if isinstance(kept, ast.Name):
@@ -266,9 +265,15 @@ def _built_in_a_callee(ctx, carrier: Candidate, parameter) -> Located | None:
 
 def _calls_a_holder(located: Located, parameter: str) -> bool:
     """Whether the carrier's statement itself calls a model that holds `parameter`."""
-    modules = {parameter[:i] for i, c in enumerate(parameter) if c in ".["} - {"self"}
+    modules = _holders(parameter)
     return any(isinstance(node, ast.Call) and _calls_one_of(src.canonical(node.func), modules)
                for node in ast.walk(located.store))
+
+
+def _holders(parameter: str) -> set[str]:
+    """The expressions of the models that hold `parameter`: `self.qf2[2]` and `self.qf2` for
+    `self.qf2[2].weight`."""
+    return {parameter[:i] for i, c in enumerate(parameter) if c in ".["} - {"self"}
 
 
 def _calls_one_of(func: str, modules: set[str]) -> bool:

@@ -1,8 +1,7 @@
 """second-backward: a backward reaches history that an earlier backward freed. Split the graph
 at the previous backward's mark, find the tensor that carries stale history into this one, and
 hand it to its cause's family: carried (BX001/BX002), stored (BX005, kept by hooks since removed
-among them), made once (BX004), shared
-(BX006), freed by autograd.grad (BX010), or unnamed (BX012)."""
+among them), made once (BX004), shared (BX006), freed by autograd.grad (BX010), or unnamed (BX012)."""
 from __future__ import annotations
 
 import ast

@@ -55,7 +55,7 @@ def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, c
 
 
 def _read_once_this_pass(candidate: Candidate, current: graph.Walk) -> bool:
-    """The stale value is the one bound now, and exactly one node of this pass's graph consumes it."""
+    """Whether exactly one node of this pass's graph consumes the stored value."""
     grad_fn = candidate.binding.value.grad_fn
     return grad_fn is not None and len(set(current.consumers.get(id(grad_fn), ()))) == 1
 
