@@ -17,7 +17,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 RTOL, ATOL = 1e-4, 1e-6
 HERE = Path(__file__).resolve().parent
@@ -144,11 +144,12 @@ def differences(a: dict, b: dict, names: tuple[str, str] = ("the first", "the se
     return found
 
 
-def trained_by(script: Path, out: Path, device: str | None = None) -> dict:
-    """`run(script)` in a process of its own, from the repository root as the samples expect."""
+def trained_by(script: Path, out: Path, device: str | None = None, env: dict[str, str] | None = None) -> dict:
+    """`run(script)` in a process of its own, from the repository root as the samples expect,
+    with `env` added to this process's environment."""
     import torch
 
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(HERE.parent)}
     if device:
         env["EXPLAINER_SAMPLE_DEVICE"] = device
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(script), str(out)],
@@ -195,10 +196,16 @@ def trains_like(candidate: Path, twins: Sequence[Path], workdir: Path, device: s
 def like_a_twin(result: dict, twins: Sequence[Path], workdir: Path, device: str | None = None) -> list[str]:
     """Empty when `result` (of `trained_by`) is what one of `twins` trains; otherwise why not,
     told against the first twin."""
+    return like_one_of(result, ((twin.name, trained_by(twin, workdir / f"{twin.stem}.{os.getpid()}.{i}.twin.pt", device))
+                                for i, twin in enumerate(twins)))
+
+
+def like_one_of(result: dict, twins: Iterable[tuple[str, dict]]) -> list[str]:
+    """Empty when `result` is what one of `twins` (name, `trained_by` result) trains, read only as
+    far as the first that matches; otherwise why not, told against the first."""
     first: list[str] | None = None
-    for i, twin in enumerate(twins):
-        found = differences(result, trained_by(twin, workdir / f"{twin.stem}.{os.getpid()}.{i}.twin.pt", device),
-                            ("the fixed script", twin.name))
+    for name, twin in twins:
+        found = differences(result, twin, ("the fixed script", name))
         if not found:
             return []
         first = found if first is None else first

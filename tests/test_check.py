@@ -11,10 +11,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import ahead
 import pytest
 
 import manifest
-import trained
 from conftest import ROOT
 from explainer.causes import CAUSES
 from explainer.fixes.edits import apply_edits
@@ -96,6 +96,12 @@ def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases(
         "real/resample_retain_step", "real/srgan_d_step_before_g_loss"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _twins_trained_ahead(request):
+    ahead.plan(request.session.items, sys.modules[__name__], {
+        "test_check_fix_makes_the_script_train_what_its_twin_trains": lambda s: ahead.training(s.twins[0], ahead.AHEAD)})
+
+
 @pytest.mark.parametrize("sample", SAFELY_FIXED, ids=lambda s: s.name)
 def test_check_fix_makes_the_script_train_what_its_twin_trains(sample, tmp_path):
     """`explainer check --fix` on a copy of the sample: the safe fixes leave a script that runs
@@ -104,9 +110,9 @@ def test_check_fix_makes_the_script_train_what_its_twin_trains(sample, tmp_path)
     shutil.copy(sample.path, patched)
     shutil.copy(manifest.HERE / "_device.py", tmp_path)
     assert check_paths([str(patched)], fix=True).fixed >= 1
-    result = trained.trained_by(patched, tmp_path / "fixed.pt")
+    result = ahead.trained_of(patched, tmp_path / "fixed.pt")
     assert result["error"] is None
-    assert trained.like_a_twin(result, sample.twins, tmp_path) == []
+    assert ahead.like_a_twin(result, sample.twins) == []
 
 
 @pytest.mark.parametrize("name, why", [

@@ -3,11 +3,11 @@ kind, culprit and line, and `fixes[0]` applied to the script makes it run clean 
 its twin trains. Fixed twins and clean scripts give nothing."""
 from __future__ import annotations
 
-import functools
 import shutil
-import tempfile
+import sys
 from pathlib import Path
 
+import ahead
 import boundary_labels
 import pytest
 import torch
@@ -15,7 +15,6 @@ import torch
 import manifest
 import trained
 from _device import DEVICE
-from conftest import Run, run_explainer
 from explainer.fixes.edits import apply_edits
 from explainer.model import Finding, Fix
 from explainer.runtime.records import is_library_file
@@ -87,12 +86,6 @@ def _marked(samples: list) -> list:
             if s.name in NOT_YET else s for s in samples]
 
 
-@functools.cache
-def _explained(sample: manifest.Sample) -> Run:
-    """The buggy script run once under the explainer, for the tests below that read its fixes."""
-    return run_explainer(sample.path, tmp_path=Path(tempfile.mkdtemp(prefix="explained-")))
-
-
 def _patched(sample: manifest.Sample, fix: dict, folder: Path) -> Path:
     """A copy of the sample with `fix` applied, beside the `_device.py` that needs no parent."""
     patched = folder / sample.path.name
@@ -102,9 +95,24 @@ def _patched(sample: manifest.Sample, fix: dict, folder: Path) -> Path:
     return patched
 
 
+# What each test reads from runs started ahead (tests/ahead.py).
+READS = {
+    "test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains":
+        lambda s: (ahead.explaining(s.path, ahead.AHEAD), ahead.training(s.twins[0], ahead.AHEAD)),
+    "test_no_safe_fix_crashes": lambda s: ahead.explaining(s.path, ahead.AHEAD),
+    "test_fixed_twin_runs_clean": lambda s: ahead.explaining(s.fixed, ahead.AHEAD),
+    "test_clean_seed_scenario_gives_no_finding": lambda s: ahead.explaining(s.path, ahead.AHEAD),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runs_ahead(request):
+    ahead.plan(request.session.items, sys.modules[__name__], READS)
+
+
 @pytest.mark.parametrize("sample", _marked(BUGGY), ids=lambda s: s.name)
-def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sample, explain_run, tmp_path):
-    run = _explained(sample)
+def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sample, tmp_path):
+    run = ahead.explaining(sample.path).result()
     if sample.kind == "graph-growth":
         assert run.returncode == 0, run.stderr
     else:
@@ -132,14 +140,14 @@ def test_buggy_sample_is_explained_and_fixes_0_trains_what_its_twin_trains(sampl
     fix = finding["fixes"][0]
     assert {e["filename"] for e in fix["edits"]} == {str(sample.path)}
     patched = _patched(sample, fix, tmp_path / "patched")
-    after = explain_run(patched)
-    assert (after.returncode, after.findings) == (0, []), after.stderr
-    fixed = trained.trained_by(patched, tmp_path / "fixed.pt")
-    assert trained.like_a_twin(fixed, sample.twins, tmp_path) == []
+    after = ahead.now(ahead.explained, patched, tmp_path)
+    fixed = ahead.now(ahead.trained_of, patched, tmp_path / "fixed.pt").result()
+    assert (after.result().returncode, after.result().findings) == (0, []), after.result().stderr
+    assert ahead.like_a_twin(fixed, sample.twins) == []
     if fix["applicability"] == "safe" and finding["code"] not in HISTORY_OF_EARLIER_STEPS:
         return
-    buggy = trained.trained_by(sample.path, tmp_path / "buggy.pt")
-    twin_keeps_first_step = not trained.changes_first_step(buggy, trained.trained_by(sample.fixed, tmp_path / "twin.pt"))
+    buggy = ahead.training(sample.path).result()
+    twin_keeps_first_step = not trained.changes_first_step(buggy, ahead.training(sample.fixed).result())
     # A safe fix leaves this step's gradients alone. When the expert's own fix changes them (a
     # cache read again within the step that fills it, detached as upstream did; a moving
     # average updated from detached features), the right fix cannot be safe: it must say so.
@@ -155,23 +163,24 @@ def test_no_safe_fix_crashes(sample, tmp_path):
     """Every fix offered as safe, applied on its own, lets the script run to its end, on every
     sample, the ones the engine does not yet get right included. (`fixes[0]` of the others is
     run above.)"""
-    fixes = [f for f in _explained(sample).findings[0]["fixes"] if f["applicability"] == "safe"] \
-        if _explained(sample).findings else []
+    findings = ahead.explaining(sample.path).result().findings
+    fixes = [f for f in findings[0]["fixes"] if f["applicability"] == "safe"] if findings else []
     checked = fixes if sample.name in NOT_YET else fixes[1:]
-    for i, fix in enumerate(checked):
-        patched = _patched(sample, fix, tmp_path / str(i))
-        assert trained.trained_by(patched, tmp_path / f"{i}.pt")["error"] is None, fix["message"]
+    runs = [ahead.now(ahead.trained_of, _patched(sample, fix, tmp_path / str(i)), tmp_path / f"{i}.pt")
+            for i, fix in enumerate(checked)]
+    for fix, run in zip(checked, runs):
+        assert run.result()["error"] is None, fix["message"]
 
 
 @pytest.mark.parametrize("sample", TWINS, ids=lambda s: s.name)
-def test_fixed_twin_runs_clean(sample, explain_run):
-    run = explain_run(sample.fixed)
+def test_fixed_twin_runs_clean(sample):
+    run = ahead.explaining(sample.fixed).result()
     assert (run.returncode, run.findings) == (0, []), run.stderr
 
 
 @pytest.mark.parametrize("sample", CLEAN, ids=lambda s: s.name)
-def test_clean_seed_scenario_gives_no_finding(sample, explain_run):
-    run = explain_run(sample.path)
+def test_clean_seed_scenario_gives_no_finding(sample):
+    run = ahead.explaining(sample.path).result()
     assert (run.returncode, run.findings) == (0, []), run.stderr
 
 
