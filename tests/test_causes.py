@@ -94,7 +94,8 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "error": "invalid syntax", "method": "meter.update", "consumer": "finish_episode",
          "switch": "torch.set_grad_enabled(False)", "switch_file": "/w/train.py", "switch_row": 4,
          "switch_function": "evaluate", "iterations": 3, "kept_aside": True, "freeze": "for p in gen.parameters():",
-         "freeze_row": 3, "unfreeze_row": 9, "attribute": "features", "holder_class": "SaveFeatures"}
+         "freeze_row": 3, "unfreeze_row": 9, "attribute": "features", "holder_class": "SaveFeatures",
+         "alias": "path"}
 
 
 def evidence(**changes) -> Evidence:

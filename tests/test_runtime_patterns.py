@@ -596,6 +596,36 @@ PATTERNS = {
 
         Residual()(torch.randn(4, 8)).pow(2).sum().backward()
     """),
+    # The pool read `x` as `path`, and saved it there; the other `+=` in the file (Fusion's) is not
+    # what changed it.
+    "a pooled path added in place into the tensor the pool read (RefineNet)": ("inplace-modified", "x", """
+        import torch
+
+        class Fusion(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Conv2d(4, 4, 1), torch.nn.Conv2d(4, 4, 1)
+
+            def forward(self, x):
+                out = self.a(x)
+                out += self.b(x)
+                return out
+
+        class Pool(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.block = torch.nn.Sequential(torch.nn.MaxPool2d(3, 1, 1), torch.nn.Conv2d(4, 4, 1))
+
+            def forward(self, x):
+                x = torch.relu(x)
+                path = x
+                path = self.block(path)  # culprit
+                x += path
+                return x
+
+        model = torch.nn.Sequential(Fusion(), Pool())
+        model(torch.randn(2, 4, 6, 6)).pow(2).mean().backward()
+    """),
     "targets made once from a tensor that requires grad": ("second-backward", "Y", """
         import torch
 

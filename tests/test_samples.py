@@ -64,9 +64,6 @@ NOT_YET: dict[str, str] = {
     "real/pg_is_all_you_need_sac_actor_after_q_step": "named right, but fixes[0] recomputes `q_pred` and `v_pred` "
                                                       "after the Q step; the twin moves the whole actor update "
                                                       "(and its soft target update) before the Q and V steps",
-    "real/refinenet_crp_inplace_add": "named `a [2, 8, 8, 8] tensor` at the training loop's line (211), not `x` "
-                                      "in `ChainedResidualPool.forward` (84), where `x += path` overwrites what "
-                                      "the max-pool saved; no fix",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }

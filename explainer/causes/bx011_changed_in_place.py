@@ -72,6 +72,11 @@ y.backward()""",
             "`{change}` ({where}) changed it in place. {versions}",
             "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
             ("saved by {saved} here", "changed in place after {saved} saved it")),
+        "run-in-forward-write-alias": Message(
+            "Line {read} handed `{carrier}` on as `{alias}`, and {saved} saved it there for the backward "
+            "(line {backward.row}); then `{change}` ({where}) changed it in place. {versions}",
+            "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
+            ("saved by {saved} here, as `{alias}`", "changed in place after {saved} saved it")),
         "run-unknown": Message(
             "`{carrier}` was changed in place after the graph that this backward uses saved it.",
             "`{carrier}` was updated by an in-place operation after this graph was built.",

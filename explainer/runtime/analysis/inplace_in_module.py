@@ -26,16 +26,14 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     if failing_key is None:
         return None
     saver = _operation(walk.nodes[failing_key])
-    writers = {_operation(walk.nodes[key]) for key in walk.consumers.get(failing_key, ())}
-    writers.discard(None)
-    if not writers:
-        return None
-    writes = list(_writes_in_model_classes(ctx, writers))
+    writes = _writes_after(ctx, walk, failing_key)
     if not writes:
         return None
     # The write into what the saving operation made comes first (QMCTorch's `x = x.prod(-1)`,
-    # then `x *= w`, not the `hess_jast *= 0.5` written earlier in the class).
-    writes.sort(key=lambda write: _made_by_saver(write[1], saver) is None)
+    # then `x *= w`, not the `hess_jast *= 0.5` written earlier in the class), then a write into
+    # what the saving operation read under another name (RefineNet's `path = x` ... `x += path`,
+    # not MultiResolutionFusion's `output += ...` in the same file).
+    writes.sort(key=lambda write: (_made_by_saver(write[1], saver) is None, _read_under_alias(write[1]) is None))
     source, stmt, node = writes[0]
     # `c2_ffm += c2` ... `c5_ffm += c5` side by side (mmocr's FPEM_FFM): the graph says only which
     # operation wrote, and the next backward would fail on the next of them, so the fix writes
@@ -50,6 +48,24 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
             stmt = node = group[index]
             siblings = group[:index] + group[index + 1:]
     return _finding(ctx, source, stmt, node, saver, detail, siblings)
+
+
+def _writes_after(ctx, walk, failing_key: int) -> list:
+    """The in-place writes in the model's classes that could have changed what the failing node
+    saved: one of the operations that consume it (it saved its own result), else one that
+    consumes what it read (it saved its input: `x += path` after a max-pool read `x`)."""
+    for around in ([failing_key], [id(child) for child in _inputs(walk.nodes[failing_key])]):
+        writers = {_operation(walk.nodes[key]) for near in around for key in walk.consumers.get(near, ())
+                   if key != failing_key}
+        writers.discard(None)
+        writes = list(_writes_in_model_classes(ctx, writers)) if writers else []
+        if writes:
+            return writes
+    return []
+
+
+def _inputs(node) -> list:
+    return [child for child, _ in getattr(node, "next_functions", ()) if child is not None]
 
 
 def _which_write(walk, failing_key: int, count: int) -> int | None:
@@ -87,6 +103,27 @@ def _made_by(scope: ast.AST, write: ast.AugAssign) -> ast.stmt | None:
     return None
 
 
+def _read_under_alias(write: ast.stmt) -> tuple[ast.stmt, str] | None:
+    """Where what `x += path` writes was read under another name, and that name: `path = x`, then
+    `path = self.block(path)` (RefineNet's ChainedResidualPool), where the operation that saved it
+    ran. The first statement after the alias that passes it to a call, before the write."""
+    if not isinstance(write, ast.AugAssign) or not isinstance(write.target, ast.Name):
+        return None
+    scope = src.enclosing_function(write) or src.module_of(write)
+    name = write.target.id
+    for node in src.all_nodes(scope):
+        if isinstance(node, ast.Assign) and node.lineno < write.lineno and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Name) \
+                and node.value.id == name:
+            alias = node.targets[0].id
+            reads = [src.statement_of(call) for call in src.all_nodes(scope)
+                     if isinstance(call, ast.Call) and node.lineno < call.lineno < write.lineno
+                     and any(isinstance(arg, ast.Name) and arg.id == alias for arg in call.args)]
+            if reads:
+                return min(reads, key=lambda stmt: stmt.lineno), alias
+    return None
+
+
 def _made_by_saver(write: ast.stmt, saver: str | None) -> ast.stmt | None:
     """The statement that made what `x *= w` writes into, where it is a call of the saving
     operation (`x = x.prod(-1)`): the operation saved its result there."""
@@ -102,11 +139,12 @@ def _made_by_saver(write: ast.stmt, saver: str | None) -> ast.stmt | None:
 
 
 def _operation(node) -> str | None:
-    """`relu` for ReluBackward0, `leaky_relu` for LeakyReluBackward1."""
+    """`relu` for ReluBackward0, `leaky_relu` for LeakyReluBackward1, `max_pool2d_with_indices` for
+    MaxPool2DWithIndicesBackward0."""
     match = re.fullmatch(r"(\w+?)Backward\d*", type(node).__name__)
     if match is None:
         return None
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", match.group(1)).lower()
+    return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", match.group(1)).lower()
 
 
 def _model_classes(ctx):
@@ -181,6 +219,7 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     culprits = [culprit_at(name, source, node_start(source, node))]
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
     read = read or _made_by_saver(stmt, saver)
+    alias = _read_under_alias(stmt) if read is None else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
     if read is not None:
         # The graph saved it where it was made: the forward the samples mark first, the write
@@ -188,6 +227,10 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         culprits.insert(0, culprit_at(name, source, node_start(source, read)))
         facts += (("read", read.lineno),)
         variant = "run-in-forward-write-read"
+    elif alias is not None:
+        culprits.insert(0, culprit_at(name, source, node_start(source, alias[0])))
+        facts += (("read", alias[0].lineno), ("alias", alias[1]))
+        variant = "run-in-forward-write-alias"
     evidence = Evidence(name, CallSite(source.filename, stmt.lineno, code), ctx.backward_site(),
                         advice="not-the-cause", facts=facts)
     return finding("BX011", variant, "inplace-modified", evidence, culprits, [fix], "likely")
