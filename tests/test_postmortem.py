@@ -44,7 +44,6 @@ MISSES = {
 HOOKED_WRONG = {
     "real/keras_stateful_lstm_state_assign",
     "real/styletts2_slm_disc_step_before_gen",
-    "real/cldice_binary_mask_pred",
 }
 
 

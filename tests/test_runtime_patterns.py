@@ -1148,6 +1148,29 @@ PATTERNS = {
             g_loss.backward()
             g_opt.step()
     """),
+    # The loss module's forward reads its arguments through a helper; the mask was made in the
+    # caller, by a comparison (clDice). The fix keeps the probabilities.
+    "a thresholded mask handed to a loss module": ("no-grad", "pred", """
+        import torch
+
+        def overlap(target, pred):
+            return (target * pred).sum() / (target.sum() + pred.sum() + 1)
+
+        class DiceLoss(torch.nn.Module):
+            def forward(self, target, pred):
+                return 1 - 2 * overlap(target, pred)
+
+        net = torch.nn.Linear(4, 2)
+        criterion = DiceLoss()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            target = (torch.rand(8, 2) > 0.5).float()
+            pred = (torch.sigmoid(net(torch.randn(8, 4))) > 0.5).float()  # culprit
+            loss = criterion(target, pred)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     # A forward hook's holder closed after one phase and read again in the next: no forward
     # refills it (fastai's SaveFeatures, one object this time).
     "hook_closed_before_next_phase": ("second-backward", "saver", """

@@ -56,8 +56,6 @@ NOT_YET: dict[str, str] = {
                                                                 "critics' steps and the actor's run in one call "
                                                                 "(`update_all_parameters`), which the maintainers "
                                                                 "split to compute the actor's loss between them",
-    "real/cldice_binary_mask_pred": "no finding: the walk from the loss goes into the criterion's forward and "
-                                    "never back to the argument `y_pred`, a mask thresholded by a comparison",
     "real/naked_attention_epoch_loss_accumulates_graph": "no finding: nothing reports the epoch total `e_train`, "
                                                          "which chains each batch's graph onto the last until "
                                                          "the epoch ends",

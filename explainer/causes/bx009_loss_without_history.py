@@ -38,7 +38,7 @@ loss.backward()""",
         "run-cut": Message(
             "`{carrier}` was cut from the graph by {cut} at {where}, so the loss built from it has no grad_fn and "
             "there is nothing to back-propagate (line {backward.row}).",
-            "`{carrier}` was detached from the graph before the loss was built.",
+            "`{carrier}` was cut from the graph before the loss was built.",
             ("cut from the graph by {cut}",)),
         "run-grad-off": Message(
             "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: "

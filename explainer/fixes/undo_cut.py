@@ -32,6 +32,23 @@ def remove_detach(source: Source, call: ast.Call) -> Fix | None:
                (replace(source, call, inner),))
 
 
+def keep_compared(source: Source, compare: ast.Compare) -> Fix | None:
+    """`(torch.softmax(logits, 1) > 0.5).float()` -> `(torch.softmax(logits, 1)).float()`: the
+    values compared, not the 0/1 mask (clDice's maintainer: "you should not convert the output to
+    a binary mask"). Safe where the mask is made a float at once, so what reads it gets a tensor
+    of the same shape and type; unsafe where the mask is read as booleans."""
+    if len(compare.comparators) != 1 or not isinstance(compare.comparators[0], (ast.Constant, ast.UnaryOp)):
+        return None
+    holder = getattr(compare, "_parent", None)
+    call = getattr(holder, "_parent", None)
+    made_float = isinstance(holder, ast.Attribute) and holder.attr in ("float", "double", "half") \
+        and isinstance(call, ast.Call) and call.func is holder and not call.args
+    kept = source.segment(compare.left)
+    threshold = ast.unparse(compare).removeprefix(ast.unparse(compare.left)).strip()
+    return Fix(f"Train on `{kept}` itself, not on the 0/1 mask that `{threshold}` makes of it: a comparison "
+               f"has no gradient", (replace(source, compare, kept),), "safe" if made_float else "unsafe")
+
+
 def remove_data(source: Source, attribute: ast.Attribute) -> Fix:
     """`torch.stack(logits, 1).data` -> `torch.stack(logits, 1)`."""
     return Fix("Remove `.data`: it returns the tensor without its graph, which the backward needs",

@@ -43,7 +43,7 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     # `out.pow(2).mean().backward()`: the names the loss is computed from, in the one statement.
     simple = isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript))
     made = [m for expression in ([src.canonical(receiver)] if simple else sorted(src.names_read(receiver) - {"self"}))
-            for m in made_from(start, expression, ctx.call.row)]
+            for m in made_from(start, expression, ctx.call.row, through_parameters=True)]
     trained = None
     for where, assignment in made:
         cut = _cut_in(assignment.stmt, where)
@@ -166,6 +166,9 @@ def _cut(ctx: Context, source, scope, assignment, cut) -> Finding:
     if isinstance(cut, ast.Attribute):
         how = "`.data`"
         fixes.append(undo_cut.remove_data(source, cut))
+    elif isinstance(cut, ast.Compare):
+        how = f"the comparison `{source.segment(cut)}`"
+        fixes.append(undo_cut.keep_compared(source, cut))
     else:
         method = isinstance(cut.func, ast.Attribute) and src.canonical(cut.func.value) != "torch"
         how = f"`.{cut.func.attr}()`" if method else f"`{src.canonical(cut.func)}()`"
@@ -330,6 +333,14 @@ _CUTS = ("detach", "item", "numpy", "tolist")
 _INTEGER = ("argmax", "argmin", "argsort", "long", "int", "bool")
 
 
+def _has_graph(where: Scope, name: str, row: int) -> bool:
+    """Whether what `name` gives on line `row` has a graph: its live value is a tensor that
+    requires grad, or a model whose parameters train."""
+    known = where.values.get(name)
+    return (isinstance(known, torch.Tensor) and known.requires_grad or _trains(known)) \
+        and not _bound_again(where.node, name, row)
+
+
 def _bound_again(scope: ast.AST, name: str, row: int) -> bool:
     """Whether `name` is assigned on line `row` or later: its value now is not the one read there
     (`output = output.detach()`)."""
@@ -368,4 +379,10 @@ def _cut_in(stmt: ast.stmt, where: Scope):
                      and isinstance(n.ctx, ast.Load)), None)
         if data is not None:
             return data
+        if where.runs:
+            # `(torch.softmax(logits, 1) > 0.5).float()`: a mask of a tensor that has a graph.
+            compare = next((n for n in ast.walk(value) if isinstance(n, ast.Compare)
+                            and any(_has_graph(where, name, stmt.lineno) for name in src.names_read(n.left))), None)
+            if compare is not None:
+                return compare
     return no_grad_block(stmt)
