@@ -1693,6 +1693,13 @@ KEPT_MEMORY = """
                         "        running_norm += model.weight.norm()").replace(
         "running_loss = 0.0", "running_loss = running_norm = 0.0"),
      "run-kept-total", "running_loss", "running_norm += model.weight.norm().detach()"),
+    # NakedAttention (jostmey/NakedAttention#1): an epoch's mean, started again every epoch of
+    # three batches, so it spans two when it is seen; what the backward freed lies under the
+    # divisions added after it, which no backward went through.
+    (KEPT_TOTAL.replace("running_loss = 0.0\n    for step in range(5):",
+                        "for epoch in range(2):\n      running_loss = 0.0\n      for step in range(3):").replace(
+        "running_loss += loss  # culprit", "running_loss += loss / 3  # culprit"),
+     "run-kept-total", "running_loss", "running_loss += (loss / 3).detach()"),
 ])
 def test_a_graph_kept_aside_and_growing_is_named_where_it_is_kept(code, variant, culprit_name, fixed, explain_run,
                                                                   tmp_path):

@@ -56,9 +56,6 @@ NOT_YET: dict[str, str] = {
                                                                 "critics' steps and the actor's run in one call "
                                                                 "(`update_all_parameters`), which the maintainers "
                                                                 "split to compute the actor's loss between them",
-    "real/naked_attention_epoch_loss_accumulates_graph": "no finding: nothing reports the epoch total `e_train`, "
-                                                         "which chains each batch's graph onto the last until "
-                                                         "the epoch ends",
     "real/pg_is_all_you_need_sac_actor_after_q_step": "named right, but fixes[0] recomputes `q_pred` and `v_pred` "
                                                       "after the Q step; the twin moves the whole actor update "
                                                       "(and its soft target update) before the Q and V steps",

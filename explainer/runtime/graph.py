@@ -199,6 +199,23 @@ def freed_below(nodes, limit: int = 64) -> bool | None:
     return None
 
 
+def holds_freed(nodes, limit: int = 64) -> bool:
+    """Whether any node below `nodes` (breadth-first, `limit` nodes at most) had what it saved
+    freed by a backward: nothing holding it can be back-propagated again. Unlike `freed_below`,
+    a node above it that saved something no backward went through (NakedAttention's
+    `e_batch / len(loader)`, added up after the backward) does not hide it."""
+    queue, seen = deque(nodes), set()
+    while queue and len(seen) < limit:
+        node = queue.popleft()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if freed(node):
+            return True
+        queue.extend(child for child, _ in children(node))
+    return False
+
+
 def stale_boundary(result: Walk, mark: int) -> list[int]:
     """Stale non-leaf nodes consumed by a current node: where old history enters this graph."""
     boundary = []

@@ -119,7 +119,7 @@ def _kept_graph(ctx: Context) -> Finding | None:
         count = -count
         grad_fn = bindings[i].value.grad_fn
         stale = [child for child, _ in graph.children(grad_fn) if child is not None and child._sequence_nr() < marks[-1]]
-        if count < 3 and not graph.freed_below(stale or [grad_fn]):
+        if count < 3 and not graph.holds_freed(stale or [grad_fn]):
             continue
         if current is None:
             current = graph.walk(ctx.root_nodes(), expand=lambda seq: seq >= marks[-1])
