@@ -1171,6 +1171,30 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # `z = z.detach()` in a branch that did not run could not have made `z`, which has a graph
+    # (3FabRec): the forward that did is named.
+    "a detach in a branch that did not run": ("inplace-modified", "enc[2].weight", """
+        import torch
+
+        enc = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+        dec = torch.nn.Linear(4, 1)
+        opt_e = torch.optim.SGD(enc.parameters(), lr=0.1)
+        opt_d = torch.optim.SGD(dec.parameters(), lr=0.1)
+        train_encoder = True
+        for _ in range(2):
+            x = torch.randn(8, 4)
+            opt_e.zero_grad()
+            opt_d.zero_grad()
+            z = enc(x)  # culprit
+            reg = z.pow(2).mean()
+            reg.backward(retain_graph=True)
+            opt_e.step()
+            if not train_encoder:
+                z = z.detach()
+            loss = dec(z).pow(2).mean()
+            loss.backward()
+            opt_d.step()
+    """),
     # A forward hook's holder closed after one phase and read again in the next: no forward
     # refills it (fastai's SaveFeatures, one object this time).
     "hook_closed_before_next_phase": ("second-backward", "saver", """

@@ -79,9 +79,11 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
             return _locate_attribute(binding.owner, attribute)
         return stored or _filed_under_key(frame, source, binding)
     expression = binding.expression
-    found = _pick(ctx, source, scope, src.assignments(scope, expression), expression, before_row, from_last_iteration)
+    found = _pick(ctx, source, scope, _could_have_made(binding, src.assignments(scope, expression)), expression,
+                  before_row, from_last_iteration)
     if found is None and scope is not source.tree:
-        found = _pick(ctx, source, source.tree, src.assignments(source.tree, expression), expression, None)
+        found = _pick(ctx, source, source.tree, _could_have_made(binding, src.assignments(source.tree, expression)),
+                      expression, None)
     in_class = src.enclosing_class(scope) if expression.startswith("self.") else None
     if found is None and in_class is not None:
         # `self.net.latent_avg = decoder.mean_latent(n)` in `Coach.__init__`, read by a method of
@@ -101,6 +103,24 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
     return found
 
 
+_NO_GRAPH = ("detach", "item", "tolist", "numpy")
+
+
+def _could_have_made(binding: naming.Binding, found: list[src.Assignment]) -> list[src.Assignment]:
+    """The assignments that could have made the value bound now: where it has a graph, not one
+    that cuts it (3FabRec's `if not train_encoder: z_sample = z_sample.detach()`, a branch that
+    did not run), unless every assignment does."""
+    if getattr(binding.value, "grad_fn", None) is None:
+        return found
+
+    def cuts(assignment: src.Assignment) -> bool:
+        value = src.value_of(assignment.stmt)
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _NO_GRAPH \
+            or isinstance(value, ast.Attribute) and value.attr == "data"
+
+    return [a for a in found if not cuts(a)] or found
+
+
 def _pick(ctx, source, scope, found, expression, before_row, from_last_iteration=False) -> Located | None:
     if not found:
         return None
@@ -108,9 +128,11 @@ def _pick(ctx, source, scope, found, expression, before_row, from_last_iteration
 
     def score(assignment: src.Assignment):
         stmt = assignment.stmt
-        in_loop = any(loop.lineno <= stmt.lineno <= loop.end_lineno for loop in loops)
-        before = before_row is None or stmt.lineno <= before_row or (from_last_iteration and in_loop)
-        return (before, self_referencing(assignment, expression), in_loop, stmt.lineno)
+        # The loops around the backward that hold it too: brax's `total_loss += loss` in the
+        # minibatch loop, not the `total_loss = total_loss / n` after the epochs.
+        shared = sum(loop.lineno <= stmt.lineno <= loop.end_lineno for loop in loops)
+        before = before_row is None or stmt.lineno <= before_row or (from_last_iteration and shared > 0)
+        return (before, self_referencing(assignment, expression), shared, stmt.lineno)
 
     best = max(found, key=score)
     return Located(source, scope, best.stmt, best.target, source.segment(best.target), _carried(best, expression))
