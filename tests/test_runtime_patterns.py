@@ -1195,6 +1195,37 @@ PATTERNS = {
             loss.backward()
             opt_d.step()
     """),
+    # `scale[-1]` of `for scale in d_fake` is an item of `d_fake`, the discriminator's outputs,
+    # scored before its step (AGAIN-MelGAN): named where `d_fake` was made, recomputed after it.
+    "a multi-scale discriminator's outputs read through a loop variable": ("inplace-modified", "disc.disc[2].weight", """
+        import torch
+
+        class MultiScale(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.disc = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+            def forward(self, x):
+                return [[self.disc(x)], [self.disc(x * 2)]]
+
+        gen, disc = torch.nn.Linear(3, 4), MultiScale()
+        g_opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+        d_opt = torch.optim.SGD(disc.parameters(), lr=0.1)
+        for _ in range(2):
+            fake = gen(torch.randn(8, 3))
+            d_fake_detach = disc(fake.detach())
+            d_fake = disc(fake)  # culprit
+            d_loss = sum(torch.relu(1 + scale[-1]).mean() for scale in d_fake_detach)
+            d_opt.zero_grad()
+            d_loss.backward()
+            d_opt.step()
+            g_loss = 0
+            for scale in d_fake:
+                g_loss += -scale[-1].mean()
+            g_opt.zero_grad()
+            g_loss.backward()
+            g_opt.step()
+    """),
     # A forward hook's holder closed after one phase and read again in the next: no forward
     # refills it (fastai's SaveFeatures, one object this time).
     "hook_closed_before_next_phase": ("second-backward", "saver", """

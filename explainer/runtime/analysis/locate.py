@@ -399,24 +399,27 @@ def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
 def element_of_iterated(ctx: Context, binding: naming.Binding) -> naming.Binding:
     """`s` of `for s in state: s.detach()` names an element of `state`, the LSTM's (h, c) the loop
     carries: the element of the container the frame also holds it in (`state[1]`), or, where
-    `state` has been given a new value since, the element the loop left `s` at (its last)."""
-    if binding.steps:
-        return binding
+    `state` has been given a new value since, the element the loop left `s` at (its last). An
+    item of `s` is an item of that element: `scale[-1]` of `for scale in d_fake` is
+    `d_fake[2][-1]` (a multi-scale discriminator's outputs, AGAIN-MelGAN)."""
     frame = ctx.frames[binding.frame_index]
     _, scope = ctx.frame_source(frame)
-    if scope is None:
+    if scope is None or binding.steps and binding.steps[0][0] != "item":
         return binding
+    element = frame.f_locals.get(binding.base, frame.f_globals.get(binding.base)) if binding.steps else binding.value
     for node in src.own_nodes(scope):
         iterated = src.iterated_by(node.target, node.iter, binding.base) if isinstance(node, ast.For) else None
         if iterated is not None:
             held = frame.f_locals.get(iterated.id, frame.f_globals.get(iterated.id))
             if not isinstance(held, (list, tuple)) or not held:
                 continue
-            index = next((i for i, item in enumerate(held) if item is binding.value), None)
-            if index is None and any(a.stmt.lineno > node.end_lineno for a in src.assignments(scope, iterated.id)):
+            index = next((i for i, item in enumerate(held) if item is element), None)
+            if index is None and not binding.steps \
+                    and any(a.stmt.lineno > node.end_lineno for a in src.assignments(scope, iterated.id)):
                 index = len(held) - 1  # re-bound after the loop (`y_hat, state = net(X, state)`)
             if index is not None:
-                return naming.Binding(binding.frame_index, iterated.id, (("item", index),), binding.value, None)
+                return naming.Binding(binding.frame_index, iterated.id, (("item", index), *binding.steps),
+                                      binding.value, None)
     return binding
 
 
