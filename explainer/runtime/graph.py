@@ -216,6 +216,22 @@ def holds_freed(nodes, limit: int = 64) -> bool:
     return False
 
 
+def trains_without(roots, avoided, limit: int = 4096) -> bool:
+    """Whether the graph below `roots` reaches a leaf that requires grad other than through the
+    node `avoided`: with what `avoided` made detached, a backward from `roots` would still have
+    something to train. True when `limit` nodes do not tell."""
+    queue, seen = deque(roots), set()
+    while queue:
+        node = queue.popleft()
+        if node is None or node is avoided or id(node) in seen:
+            continue
+        if is_leaf(node) or len(seen) >= limit:
+            return True
+        seen.add(id(node))
+        queue.extend(child for child, _ in children(node))
+    return False
+
+
 def stale_boundary(result: Walk, mark: int) -> list[int]:
     """Stale non-leaf nodes consumed by a current node: where old history enters this graph."""
     boundary = []

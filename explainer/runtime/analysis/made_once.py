@@ -12,6 +12,7 @@ from ...model import Finding
 from ...reading import source as src
 from ...reading.dataflow import ancestors
 from ...reading.training import helper_called
+from .. import graph
 from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
@@ -58,8 +59,11 @@ def explain_made_once(ctx: Context, candidate: Candidate, previous: BackwardCall
     if untrained:
         fixes.append(constant_data.detach_data(located.source, located.store, name, untrained))
     if model is not None:
-        # Recomputing it in the loop would make it equal to the fresh output (PPO's ratio 1).
-        fixes.append(constant_data.detach_snapshot(located.source, located.store, name, model))
+        # Recomputing it in the loop would make it equal to the fresh output (PPO's ratio 1). Not
+        # where the loss has no other way to the weights (ark-nlp's PGD recomputes its loss from
+        # `outputs` alone): detached, there would be nothing to back-propagate.
+        if graph.trains_without(ctx.root_nodes(), getattr(candidate.binding.value, "grad_fn", None)):
+            fixes.append(constant_data.detach_snapshot(located.source, located.store, name, model))
     else:
         fixes.append(move_into_loop.move_into_body(located.source, located.store, owner, name))
         fixes.append(_rerun_elsewhere(ctx, candidate, owner))
