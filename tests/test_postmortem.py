@@ -37,6 +37,11 @@ MISSES = {
     "real/spd_pgd_final_fwd_bwd": "the `autograd.grad` that freed the graph ran in a helper three calls down "
                                   "from a statement of this pass, behind a `functools.partial`",
     "libraries/hf_trainer_compute_loss": "the loop is the Trainer's: no user frame holds this pass's tensors",
+    "real/ark_nlp_pgd_stale_outputs": "names `loss` (103), back-propagated by the statement before the attack "
+                                      "loop: with no record of that backward, nothing says it freed `outputs`",
+    "real/medium_style_transfer_content_target": "names `style_score` (124) of the closure: with no record of "
+                                                 "LBFGS's earlier closure calls, the module's `self.target` from "
+                                                 "before them is not told apart from this call's values",
 }
 
 
@@ -44,6 +49,8 @@ MISSES = {
 HOOKED_WRONG = {
     "real/keras_stateful_lstm_state_assign",
     "real/styletts2_slm_disc_step_before_gen",
+    "real/e3bm_preval_under_no_grad",
+    "real/ride_common_step_detaches_loss",
 }
 
 

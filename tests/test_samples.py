@@ -59,6 +59,18 @@ NOT_YET: dict[str, str] = {
     "real/pg_is_all_you_need_sac_actor_after_q_step": "named right, but fixes[0] recomputes `q_pred` and `v_pred` "
                                                       "after the Q step; the twin moves the whole actor update "
                                                       "(and its soft target update) before the Q and V steps",
+    "real/drit_update_eg_stale_forward": "named right (145), but no fix: the graph was made by the object's "
+                                         "`forward()`, which the commenter's fix runs again after the step, "
+                                         "before `backward_G_alone()`",
+    "real/e3bm_preval_under_no_grad": "named `embedding_shot` (108), the encoder's output computed with autograd "
+                                      "off, not the label's `loss` (124); fixes[0] (the validation's forward "
+                                      "under enable_grad) trains what the twin trains",
+    "real/fabrec_encoder_step_before_recon": "named right (108), but no fix: the twin drops update_encoding's own "
+                                             "`optimizer_E.step()` (and a `Q.zero_grad()`), so the encoder steps "
+                                             "once, after both losses' backward calls",
+    "real/ride_common_step_detaches_loss": "no finding: the loss is cut inside `detach_to_cpu`, applied to the dict "
+                                           "`common_step` returns; the walk from the loss does not follow a "
+                                           "helper's return into the helper it returns through",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }
