@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Edit, Fix
-from ..reading.source import Source, assignments, canonical, enclosing_function
+from ..reading.source import Source, assignments, canonical, enclosing_function, parent
 from .edits import delete_lines, imports_torch, insert_lines_before, node_end, replace, statement_text
 from .recompute_forward import last_step_before, zero_grad_again
 
@@ -39,8 +39,8 @@ def keep_compared(source: Source, compare: ast.Compare) -> Fix | None:
     of the same shape and type; unsafe where the mask is read as booleans."""
     if len(compare.comparators) != 1 or not isinstance(compare.comparators[0], (ast.Constant, ast.UnaryOp)):
         return None
-    holder = getattr(compare, "_parent", None)
-    call = getattr(holder, "_parent", None)
+    holder = parent(compare)
+    call = parent(holder) if holder is not None else None
     made_float = isinstance(holder, ast.Attribute) and holder.attr in ("float", "double", "half") \
         and isinstance(call, ast.Call) and call.func is holder and not call.args
     kept = source.segment(compare.left)
