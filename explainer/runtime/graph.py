@@ -183,20 +183,22 @@ def freed(node) -> bool | None:
     return False if saved_tensor else None
 
 
-def freed_below(nodes, limit: int = 64) -> bool | None:
-    """Whether the history below `nodes` (breadth-first, `limit` nodes at most) was freed: the
-    first node that saved something tells. None when none of them did."""
+def _below(nodes, limit: int):
+    """The nodes under `nodes`, themselves first, breadth-first, `limit` at most."""
     queue, seen = deque(nodes), set()
     while queue and len(seen) < limit:
         node = queue.popleft()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        answer = freed(node)
-        if answer is not None:
-            return answer
+        yield node
         queue.extend(child for child, _ in children(node))
-    return None
+
+
+def freed_below(nodes, limit: int = 64) -> bool | None:
+    """Whether the history below `nodes` (breadth-first, `limit` nodes at most) was freed: the
+    first node that saved something tells. None when none of them did."""
+    return next((answer for answer in map(freed, _below(nodes, limit)) if answer is not None), None)
 
 
 def holds_freed(nodes, limit: int = 64) -> bool:
@@ -204,16 +206,7 @@ def holds_freed(nodes, limit: int = 64) -> bool:
     freed by a backward: nothing holding it can be back-propagated again. Unlike `freed_below`,
     a node above it that saved something no backward went through (NakedAttention's
     `e_batch / len(loader)`, added up after the backward) does not hide it."""
-    queue, seen = deque(nodes), set()
-    while queue and len(seen) < limit:
-        node = queue.popleft()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if freed(node):
-            return True
-        queue.extend(child for child, _ in children(node))
-    return False
+    return any(freed(node) for node in _below(nodes, limit))
 
 
 def trains_without(roots, avoided, limit: int = 4096) -> bool:
