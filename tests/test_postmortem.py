@@ -50,7 +50,6 @@ HOOKED_WRONG = {
     "real/keras_stateful_lstm_state_assign",
     "real/styletts2_slm_disc_step_before_gen",
     "real/e3bm_preval_under_no_grad",
-    "real/ride_common_step_detaches_loss",
 }
 
 

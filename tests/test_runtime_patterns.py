@@ -1171,6 +1171,33 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # The step's result is returned through a helper that detaches every value of a dict, in a
+    # method the model's class inherits from a mixin (ride's `Lifecycle.common_step`): the
+    # culprit is the name the loop reads, at the helper's call, and the fix gives that key back.
+    "a loss detached by a helper on its way out of a mixin's method": ("no-grad", 'out["loss"]', """
+        import torch
+
+        def to_cpu(values):
+            return {k: v.detach().cpu() for k, v in values.items()}
+
+        class Steps:
+            def training_step(self, x):
+                return self.finish(self(x).pow(2).mean(), x)
+
+            def finish(self, loss, x):
+                return to_cpu({"loss": loss, "x": x})  # culprit
+
+        class Net(Steps, torch.nn.Linear):
+            pass
+
+        net = Net(4, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            out = net.training_step(torch.randn(8, 4))
+            opt.zero_grad()
+            out["loss"].backward()
+            opt.step()
+    """),
     # `z = z.detach()` in a branch that did not run could not have made `z`, which has a graph
     # (3FabRec): the forward that did is named.
     "a detach in a branch that did not run": ("inplace-modified", "enc[2].weight", """
@@ -2040,3 +2067,4 @@ def test_a_loss_passed_down_twice_is_named_where_the_stepped_model_ran(explain_r
     row = code.splitlines().index("        q = self.critic(torch.cat([s, self.actor(s).softmax(-1)], -1))") + 1
     made = code.splitlines().index("        policy_loss = self.actor_loss(s)") + 1
     assert named == [("self.critic[0].weight", row), ("policy_loss", made)], named
+

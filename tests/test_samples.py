@@ -68,9 +68,6 @@ NOT_YET: dict[str, str] = {
     "real/fabrec_encoder_step_before_recon": "named right (108), but no fix: the twin drops update_encoding's own "
                                              "`optimizer_E.step()` (and a `Q.zero_grad()`), so the encoder steps "
                                              "once, after both losses' backward calls",
-    "real/ride_common_step_detaches_loss": "no finding: the loss is cut inside `detach_to_cpu`, applied to the dict "
-                                           "`common_step` returns; the walk from the loss does not follow a "
-                                           "helper's return into the helper it returns through",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }

@@ -40,6 +40,12 @@ loss.backward()""",
             "there is nothing to back-propagate (line {backward.row}).",
             "`{carrier}` was cut from the graph before the loss was built.",
             ("cut from the graph by {cut}",)),
+        "run-cut-in-helper": Message(
+            "`{carrier}` was cut from the graph by `{helper}()` at {where}, which returns `{helper_cut}` (line "
+            "{helper_row}) of what it is given, so the loss has no grad_fn and there is nothing to "
+            "back-propagate (line {backward.row}).",
+            "`{carrier}` was cut from the graph by `{helper}()`.",
+            ("cut from the graph by `{helper}()`",)),
         "run-grad-off": Message(
             "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: "
             "`{caller}` (line {caller_row}) runs under {grad_off}, so nothing the training step computes "

@@ -49,6 +49,25 @@ def keep_compared(source: Source, compare: ast.Compare) -> Fix | None:
                f"has no gradient", (replace(source, compare, kept),), "safe" if made_float else "unsafe")
 
 
+def keep_past_helper(source: Source, call: ast.Call, key: object) -> Fix | None:
+    """ride's `return detach_to_cpu({"loss": metrics[loss_key], **metrics, ...})`, with the caller
+    reading `["loss"]`: `{**detach_to_cpu({...}), "loss": metrics[loss_key]}`, every value cut as
+    before but the one the backward reads, given back as it was (in its place: a key that is
+    there already keeps its position in the dict). Offered only where that value is a plain read
+    (a name, attribute or subscript), so reading it twice changes nothing."""
+    argument = call.args[0] if len(call.args) == 1 and not call.keywords else None
+    if key is None or not isinstance(argument, ast.Dict):
+        return None
+    item = next(((k, v) for k, v in zip(argument.keys, argument.values)
+                 if isinstance(k, ast.Constant) and k.value == key), None)
+    if item is None or any(isinstance(n, (ast.Call, ast.Await, ast.NamedExpr, ast.Yield)) for n in ast.walk(item[1])):
+        return None
+    written, value = source.segment(item[0]), source.segment(item[1])
+    return Fix(f"Give {written} back uncut after `{canonical(call.func)}()`: it cuts every value of the dict from "
+               f"the graph, the loss the backward needs included",
+               (replace(source, call, f"{{**{source.segment(call)}, {written}: {value}}}"),))
+
+
 def remove_data(source: Source, attribute: ast.Attribute) -> Fix:
     """`torch.stack(logits, 1).data` -> `torch.stack(logits, 1)`."""
     return Fix("Remove `.data`: it returns the tensor without its graph, which the backward needs",

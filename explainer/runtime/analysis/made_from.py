@@ -12,7 +12,7 @@ import torch
 from ...reading import source as src
 from ...reading.training import helper_called
 from .. import naming
-from .locate import class_source
+from .locate import source_of_class
 
 # Expressions followed back from the loss: a training step is a few dozen assignments deep.
 _MAX_TRACED = 96
@@ -163,13 +163,10 @@ def _inputs(where: Scope, assignment: src.Assignment, follow):
     # `x = self.combined()[self.position]`: an element of what the call returns.
     call = value.value if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Call) else value
     if isinstance(call, ast.Call):
-        callee = _callee(where, call)
+        callee = callee_of(where, call)
         if callee is not None:
-            callee = Scope(callee.source, callee.node, callee.owner, called_from=(where, call))
             element = _element(assignment) if call is value else None
-            for returned in (n for n in ast.walk(callee.node) if isinstance(n, ast.Return) and n.value is not None):
-                if src.enclosing_function(returned) is not callee.node:
-                    continue
+            for returned in returns(callee):
                 result = returned.value
                 if element is not None and isinstance(result, ast.Tuple) and element < len(result.elts):
                     result = result.elts[element]
@@ -211,26 +208,36 @@ def _element(assignment: src.Assignment) -> int | None:
     return None
 
 
-def _callee(where: Scope, call: ast.Call) -> Scope | None:
-    """The user's function or method that `call` runs: a function of the file, `self.f(...)`,
-    `obj.method(...)` or `model(...)` (its `forward`) on an object of the user's classes."""
+def callee_of(where: Scope, call: ast.Call) -> Scope | None:
+    """The scope of the user's function or method that `call` runs, called from `where`: a
+    function of the file, `self.f(...)`, `obj.method(...)` or `model(...)` (its `forward`) on an
+    object of the user's classes, the method looked up as Python does (`model.training_step`
+    defined by a mixin the model's class derives from)."""
     helper = helper_called(call, where.node)
     # A function of the file, or `self.f(...)` (whose object is this scope's); another object's
     # method is found through that object's value below.
     if helper is not None and (isinstance(call.func, ast.Name) or src.canonical(call.func.value) == "self"):
-        return Scope(where.source, helper, where.owner if isinstance(call.func, ast.Attribute) else None)
+        return Scope(where.source, helper, where.owner if isinstance(call.func, ast.Attribute) else None,
+                     called_from=(where, call))
     func = call.func
     obj, method = runtime_value(where, func), "forward"
     if not isinstance(obj, torch.nn.Module) and isinstance(func, ast.Attribute):
         obj, method = runtime_value(where, func.value), func.attr
     if obj is None or isinstance(obj, (int, float, str, list, tuple, dict, torch.Tensor)):
         return None
-    source, class_node = class_source(obj)
+    defining = next((k for k in type(obj).__mro__ if method in vars(k)), None)
+    source, class_node = source_of_class(defining) if defining is not None else (None, None)
     if class_node is None:
         return None
     function = next((m for m in class_node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and m.name == method), None)
-    return Scope(source, function, obj) if function is not None else None
+    return Scope(source, function, obj, called_from=(where, call)) if function is not None else None
+
+
+def returns(scope: Scope) -> list[ast.Return]:
+    """The `return` statements with a value of the scope's own function (not of those it nests)."""
+    return [n for n in ast.walk(scope.node) if isinstance(n, ast.Return) and n.value is not None
+            and src.enclosing_function(n) is scope.node]
 
 
 def runtime_value(where: Scope, expression: ast.AST):

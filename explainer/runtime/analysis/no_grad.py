@@ -22,7 +22,7 @@ from ...reading.training import (
 from .. import naming
 from .context import Context
 from .evidence import culprit_at, finding
-from .made_from import Scope, made_from, passed_in, runtime_value
+from .made_from import Scope, callee_of, made_from, passed_in, returns, runtime_value
 
 
 def explain_no_grad(ctx: Context) -> Finding | None:
@@ -62,7 +62,74 @@ def explain_no_grad(ctx: Context) -> Finding | None:
             if module is not None:
                 trained = (where, assignment, module)
     found = (_grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) if trained is not None else None
-    return found or _kept_without_grad(ctx, source, made) or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None)
+    return found or _kept_without_grad(ctx, source, made) \
+        or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
+        or _cut_in_helper(ctx, source, receiver, made)
+
+
+def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | None:
+    """ride's `Lifecycle.common_step` ends in `return detach_to_cpu({"loss": ..., **metrics})`, and
+    `detach_to_cpu` returns `x.detach().cpu()` of what it is given: the loss the loop reads out of
+    the step's result (`step_output["loss"]`) was cut by a helper, in a function the result was
+    returned through. Followed through the returns of the user's functions, a few calls deep."""
+    for where, assignment in made:
+        value = src.value_of(assignment.stmt)
+        found = _returned_through_cut(where, value, 3) if isinstance(value, ast.Call) else None
+        if found is None:
+            continue
+        scope, returned, call, helper, cut = found
+        name = source.segment(receiver)
+        evidence = Evidence(name, _site(scope.source, returned), ctx.backward_site(), advice="no-graph",
+                            facts=(("helper", helper.node.name), ("helper_cut", helper.source.segment(cut)),
+                                   ("helper_row", cut.lineno)))
+        key = receiver.slice.value if isinstance(receiver, ast.Subscript) and isinstance(receiver.slice, ast.Constant) \
+            else None
+        return finding("BX009", "run-cut-in-helper", "no-grad", evidence,
+                       [culprit_at(name, scope.source, node_start(scope.source, call))],
+                       [undo_cut.keep_past_helper(scope.source, call, key)])
+    return None
+
+
+def _returned_through_cut(where: Scope, call: ast.Call, depth: int):
+    """(scope, its `return`, the helper's call there, the helper's scope, the cut in it) for the
+    first return on the way out of `call` that passes its value through a helper cutting what it
+    is given; None where none does within `depth` calls."""
+    callee = callee_of(where, call)
+    if callee is None or depth == 0:
+        return None
+    for returned in returns(callee):
+        inner = returned.value
+        if not isinstance(inner, ast.Call):
+            continue
+        helper = callee_of(callee, inner)
+        cut = _cuts_its_argument(helper) if helper is not None else None
+        if cut is not None:
+            return callee, returned, inner, helper, cut
+        found = _returned_through_cut(callee, inner, depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _cuts_its_argument(helper: Scope) -> ast.expr | None:
+    """The `.detach()` (or `.data`, `.item()`) a function returns of one of its parameters or of
+    what it iterates over in one (`return x.detach().cpu()`, `{k: v.detach() for k, v in
+    values.items()}`), or None."""
+    arguments = getattr(helper.node, "args", None)
+    if arguments is None:
+        return None
+    parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs} - {"self"}
+    for loop in ast.walk(helper.node):
+        if isinstance(loop, (ast.comprehension, ast.For)) and src.names_read(loop.iter) & parameters:
+            parameters |= {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    for returned in returns(helper):
+        for node in ast.walk(returned.value):
+            cut = node.func if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _CUTS and not node.args else node if isinstance(node, ast.Attribute) \
+                and node.attr == "data" else None
+            if cut is not None and isinstance(cut.value, ast.Name) and cut.value.id in parameters:
+                return node
+    return None
 
 
 def _kept_without_grad(ctx: Context, source, made) -> Finding | None:
