@@ -49,7 +49,6 @@ MISSES = {
 HOOKED_WRONG = {
     "real/keras_stateful_lstm_state_assign",
     "real/styletts2_slm_disc_step_before_gen",
-    "real/e3bm_preval_under_no_grad",
 }
 
 

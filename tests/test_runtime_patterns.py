@@ -1198,6 +1198,26 @@ PATTERNS = {
             out["loss"].backward()
             opt.step()
     """),
+    # A training step run under a caller's `torch.no_grad()`, its module called inside an
+    # arithmetic expression (e3bm's `self.base_learner(shot, weights) * temperature`): the
+    # statement that calls it is named, and the caller's call runs with autograd on.
+    "a module scaled in the step a caller runs with autograd off": ("no-grad", "logits", """
+        import torch
+
+        net = torch.nn.Linear(4, 2)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def step(x, y):
+            logits = net(x) * 2.0  # culprit
+            loss = torch.nn.functional.cross_entropy(logits, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        for _ in range(2):
+            with torch.no_grad():
+                step(torch.randn(8, 4), torch.randint(0, 2, (8,)))
+    """),
     # `z = z.detach()` in a branch that did not run could not have made `z`, which has a graph
     # (3FabRec): the forward that did is named.
     "a detach in a branch that did not run": ("inplace-modified", "enc[2].weight", """

@@ -62,9 +62,6 @@ NOT_YET: dict[str, str] = {
     "real/drit_update_eg_stale_forward": "named right (145), but no fix: the graph was made by the object's "
                                          "`forward()`, which the commenter's fix runs again after the step, "
                                          "before `backward_G_alone()`",
-    "real/e3bm_preval_under_no_grad": "named `embedding_shot` (108), the encoder's output computed with autograd "
-                                      "off, not the label's `loss` (124); fixes[0] (the validation's forward "
-                                      "under enable_grad) trains what the twin trains",
     "real/fabrec_encoder_step_before_recon": "named right (108), but no fix: the twin drops update_encoding's own "
                                              "`optimizer_E.step()` (and a `Q.zero_grad()`), so the encoder steps "
                                              "once, after both losses' backward calls",

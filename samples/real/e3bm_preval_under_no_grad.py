@@ -1,7 +1,7 @@
 # source: https://github.com/yaoyao-liu/e3bm/issues/4 — pre-train phase: meta-style validation under torch.no_grad() fails in torch.autograd.grad
 # fix-source: maintainer's commit https://github.com/yaoyao-liu/e3bm/commit/01c9946957ba5eec9e64a83b84ee5c73785ea35d (drops the no_grad around the validation loop)
 # expect-kind: no-grad
-# expect-culprit: loss
+# expect-culprit: logits
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -120,8 +120,8 @@ class MetaModel(nn.Module):
         for k in range(0, self.update_step):
             batch_shot = embedding_shot
             batch_label = self.label_shot
-            logits = self.base_learner(batch_shot, fast_weights) * self.args.temperature
-            loss = F.cross_entropy(logits, batch_label)  # culprit
+            logits = self.base_learner(batch_shot, fast_weights) * self.args.temperature  # culprit
+            loss = F.cross_entropy(logits, batch_label)
             grad = torch.autograd.grad(loss, fast_weights)
             fast_weights = list(map(lambda p: p[1] - 0.1 * p[0], zip(grad, fast_weights)))
             logits_q = self.base_learner(embedding_query, fast_weights)

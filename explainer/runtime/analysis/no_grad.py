@@ -55,8 +55,9 @@ def explain_no_grad(ctx: Context) -> Finding | None:
         decorated = called_without_graph(value, where.node) if value is not None else None
         if decorated is not None:
             return _decorated(ctx, where.source, assignment, *decorated)
-        if trained is None and isinstance(value, ast.Call):
-            # `nn.CrossEntropyLoss()(model(X_pgd), y)`: the module that trains is `model`
+        if trained is None and value is not None:
+            # `nn.CrossEntropyLoss()(model(X_pgd), y)`: the module that trains is `model`; in
+            # `self.base_learner(shot, weights) * temperature` it is `self.base_learner`
             module = next((call.func for call in ast.walk(value)
                            if isinstance(call, ast.Call) and _trains(runtime_value(where, call.func))), None)
             if module is not None:
