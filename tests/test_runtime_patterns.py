@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from conftest import SAMPLES
+from explainer.fixes import rerun_forward
 from explainer.fixes.edits import apply_edits
 from explainer.fixes.out_of_place import out_of_place
 from explainer.fixes.sum_losses import sum_and_backward_once
@@ -1198,6 +1199,48 @@ PATTERNS = {
             out["loss"].backward()
             opt.step()
     """),
+    # A method that keeps its outputs on the object ran before the step (DRIT's `forward()`, run by
+    # `update_D`), and the method that stepped then calls what back-propagates through them: the
+    # maker runs again before that call. It draws nothing, so that is safe.
+    "a forward kept on the object, stepped before a second method back-propagates": (
+        "inplace-modified", "self.enc[2].weight", """
+        import torch
+
+
+        class Model:
+            def __init__(self):
+                self.enc = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+                self.head = torch.nn.Linear(4, 1)
+                self.opt_enc = torch.optim.SGD(self.enc.parameters(), lr=0.1)
+                self.opt_head = torch.optim.SGD(self.head.parameters(), lr=0.1)
+
+            def forward(self):
+                self.z = self.enc(self.x)  # culprit
+                self.out = self.head(self.z)
+
+            def prepare(self, x):
+                self.x = x
+                self.forward()
+
+            def update(self):
+                self.opt_enc.zero_grad()
+                self.opt_head.zero_grad()
+                self.out.pow(2).mean().backward(retain_graph=True)
+                self.opt_enc.step()
+                self.opt_head.step()
+                self.opt_enc.zero_grad()
+                self.shrink()
+                self.opt_enc.step()
+
+            def shrink(self):
+                self.z.pow(2).mean().backward()
+
+
+        model = Model()
+        for _ in range(2):
+            model.prepare(torch.randn(8, 4))
+            model.update()
+    """),
     # A training step run under a caller's `torch.no_grad()`, its module called inside an
     # arithmetic expression (e3bm's `self.base_learner(shot, weights) * temperature`): the
     # statement that calls it is named, and the caller's call runs with autograd on.
@@ -2088,3 +2131,28 @@ def test_a_loss_passed_down_twice_is_named_where_the_stepped_model_ran(explain_r
     made = code.splitlines().index("        policy_loss = self.actor_loss(s)") + 1
     assert named == [("self.critic[0].weight", row), ("policy_loss", made)], named
 
+
+@pytest.mark.parametrize("helper, applicability", [
+    ("return torch.zeros(n, 4)", "safe"),
+    ("return torch.randn(n, 4)", "unsafe"),  # run again, the forward would train on new samples
+])
+def test_a_forward_run_again_is_safe_only_where_it_draws_nothing(helper, applicability):
+    source = src.parse("model.py", textwrap.dedent(f"""
+        import torch
+
+        class Model:
+            def codes(self, n):
+                {helper}
+
+            def forward(self):
+                self.z = self.enc(self.x + self.codes(8))
+
+            def update(self):
+                self.opt.step()
+                self.second()
+    """).lstrip())
+    model = next(n for n in source.tree.body if isinstance(n, ast.ClassDef))
+    forward, update = model.body[1], model.body[2]
+    fix = rerun_forward.call_again(source, forward, update.body[1], "self.second()")
+    assert fix.applicability == applicability
+    assert apply_edits(source.text, fix.edits).count("self.forward()\n        self.second()") == 1

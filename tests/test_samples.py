@@ -59,9 +59,9 @@ NOT_YET: dict[str, str] = {
     "real/pg_is_all_you_need_sac_actor_after_q_step": "named right, but fixes[0] recomputes `q_pred` and `v_pred` "
                                                       "after the Q step; the twin moves the whole actor update "
                                                       "(and its soft target update) before the Q and V steps",
-    "real/drit_update_eg_stale_forward": "named right (145), but no fix: the graph was made by the object's "
-                                         "`forward()`, which the commenter's fix runs again after the step, "
-                                         "before `backward_G_alone()`",
+    "real/drit_update_eg_stale_forward": "fixes[0] runs `self.forward()` again before `backward_G_alone()`, as the "
+                                         "commenter did, and trains what the twin trains, but is offered as unsafe: "
+                                         "run again, the forward draws new random codes (`get_z_random`)",
     "real/fabrec_encoder_step_before_recon": "named right (108), but no fix: the twin drops update_encoding's own "
                                              "`optimizer_E.step()` (and a `Q.zero_grad()`), so the encoder steps "
                                              "once, after both losses' backward calls",

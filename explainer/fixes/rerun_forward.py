@@ -48,6 +48,24 @@ def rerun_forward(source: Source, maker: ast.FunctionDef, first: ast.stmt, calle
                (replaced, insert_lines_before(caller_source, caller, [f"{receiver}.{name}()"])), applicability)
 
 
+def call_again(source: Source, maker: ast.FunctionDef, caller: ast.stmt, user: str) -> Fix:
+    """DRIT's `update_D` runs `self.forward()`, which keeps every output on the model; `update_EG`
+    steps the encoders, then `backward_G_alone()` back-propagates through what that forward kept.
+    `self.forward()` again before `caller`, as the issue's commenter fixed it: the same inputs,
+    the weights the last step left, a graph of its own. Unsafe where the forward draws random
+    numbers, itself or in the object's methods it calls (DRIT's `get_z_random`): run again, it
+    draws new ones, and the second update trains on other samples than the first."""
+    call = f"self.{maker.name}()"
+    owner = src.parent(maker)
+    called = [m for m in owner.body if isinstance(m, ast.FunctionDef) and m is not maker
+              and any(isinstance(n, ast.Call) and src.canonical(n.func) == f"self.{m.name}" for n in ast.walk(maker))] \
+        if isinstance(owner, ast.ClassDef) else []
+    draws = _draws([*maker.body, *(s for m in called for s in m.body)])
+    return Fix(f"Run `{call}` again before `{user}` (line {caller.lineno}), which back-propagates through what it "
+               f"keeps on the object: the optimizer has stepped since it ran, and a fresh forward builds the graph "
+               f"with the updated weights", (insert_lines_before(source, caller, [call]),), "unsafe" if draws else "safe")
+
+
 def _draws(statements: list[ast.stmt]) -> bool:
     """Whether the forward draws random numbers itself: run twice, it would not repeat itself."""
     return any(isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))

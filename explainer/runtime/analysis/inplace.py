@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import torch
 
-from ...fixes import graph_options, out_of_place, recompute_forward, reorder_updates, split_loss
+from ...fixes import graph_options, out_of_place, recompute_forward, reorder_updates, rerun_forward, split_loss
 from ...fixes.edits import (
     delete_lines,
     insert_lines_after,
@@ -198,6 +198,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         recomputed = next((i for i, fix in enumerate(fixes) if recompute is not None and fix is not None
                            and fix.message == recompute.message), None)
         fixes.insert(0 if recomputed is None or forward_first else recomputed + 1, first)
+        fixes.append(_run_the_maker_again(ctx, located, step))
     located = carrier.located if carrier is not None else None
     culprits = []
     built_name = carrier.name if carrier is not None else ""
@@ -221,6 +222,32 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         code, variant = "BX007", "run-step" if located is not None else "run-step-site"
     return finding(code, variant, "inplace-modified", evidence, culprits, fixes,
                    "certain" if parameter_name and step_site else "likely")
+
+
+def _run_the_maker_again(ctx: Context, located: Located, step: StepCall) -> Fix | None:
+    """The graph was built by a method of the object that keeps what it makes on `self` and takes
+    and returns nothing (DRIT's `forward()`, run by `update_D`), and the step ran in a method of
+    the same object (`update_EG`) that then calls what back-propagates (`backward_G_alone()`):
+    run the maker again between the two. None where the maker reads arguments or returns a
+    value, or where no frame of that object stands after the step in the function that stepped."""
+    maker = located.scope
+    if not isinstance(maker, ast.FunctionDef) or [a.arg for a in maker.args.args] != ["self"] \
+            or maker.args.vararg or maker.args.kwarg or maker.args.kwonlyargs \
+            or any(isinstance(n, ast.Return) and n.value is not None for n in src.own_nodes(maker)) \
+            or not all(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                       for t in src.targets_of(located.store)):
+        return None
+    for frame in ctx.frames:
+        source, scope = ctx.frame_source(frame)
+        owner = frame.f_locals.get("self")
+        method = getattr(getattr(type(owner), maker.name, None), "__code__", None)
+        if source is None or not isinstance(scope, ast.FunctionDef) or scope is maker or source.filename != step.filename \
+                or not scope.lineno <= step.row < frame.f_lineno <= scope.end_lineno or method is None \
+                or (method.co_filename, method.co_firstlineno) != (located.source.filename, maker.lineno):
+            continue
+        caller = src.innermost_statement(scope, frame.f_lineno)
+        return None if caller is None else rerun_forward.call_again(source, maker, caller, source.segment(caller))
+    return None
 
 
 def _module_call_at(located: Located, parameter: str) -> Location:
