@@ -95,7 +95,8 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "switch": "torch.set_grad_enabled(False)", "switch_file": "/w/train.py", "switch_row": 4,
          "switch_function": "evaluate", "iterations": 3, "kept_aside": True, "freeze": "for p in gen.parameters():",
          "freeze_row": 3, "unfreeze_row": 9, "attribute": "features", "holder_class": "SaveFeatures",
-         "alias": "path", "helper": "detach_to_cpu", "helper_cut": "x.detach()", "helper_row": 70}
+         "alias": "path", "helper": "detach_to_cpu", "helper_cut": "x.detach()", "helper_row": 70,
+         "output": "out", "output_row": 5}
 
 
 def evidence(**changes) -> Evidence:

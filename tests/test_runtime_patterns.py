@@ -1261,6 +1261,94 @@ PATTERNS = {
             with torch.no_grad():
                 step(torch.randn(8, 4), torch.randint(0, 2, (8,)))
     """),
+    # A block ending in a ReLU made `h`, which the ReLU saved, and the forward adds to it in place
+    # (CDC's ResnetBlock): the statement that made it is named first.
+    "a block's ReLU output written into in place": ("inplace-modified", "h", """
+        import torch
+
+        class ResBlock(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.block = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+                self.mlp = torch.nn.Linear(2, 4)
+
+            def forward(self, x, t):
+                h = self.block(x)  # culprit
+                h += self.mlp(t)
+                return h + x
+
+        net = ResBlock()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = net(torch.randn(8, 4), torch.randn(8, 2)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # The loss compares data with data and the model's output goes unread (PyG #874): the loss is
+    # named, and the fix computes it from the output.
+    "a loss that never reads the model's output": ("no-grad", "loss", """
+        import torch
+
+        net = torch.nn.Linear(3, 3)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            x, y = torch.randn(8, 3), torch.randn(8, 3)
+            pred = net(x)
+            loss = torch.nn.functional.l1_loss(y, x)  # culprit
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # The loss was built in a helper that reaches the model through a local alias (Dreamer's
+    # `model = self.agent.model`): the weight is named as that statement reads it, and placed
+    # where the model ran, a call whose result is indexed.
+    "a stepped model reached through a local alias in the helper that built the loss": (
+        "inplace-modified", "model.reward[2].weight", """
+        import torch
+
+
+        class World(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = torch.nn.Linear(4, 4)
+                self.reward = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+
+        class Agent:
+            def __init__(self):
+                self.model = World()
+                self.policy = torch.nn.Linear(4, 4)
+
+
+        class Algo:
+            def __init__(self):
+                self.agent = Agent()
+                self.model_opt = torch.optim.SGD(self.agent.model.parameters(), lr=0.1)
+                self.policy_opt = torch.optim.SGD(self.agent.policy.parameters(), lr=0.1)
+
+            def loss(self, obs):
+                model = self.agent.model
+                feat = model.encoder(obs)
+                model_loss = model.reward(feat).pow(2).mean()
+                imagined = torch.tanh(self.agent.policy(feat.detach()))
+                value = model.reward(imagined)[:, 0]  # culprit
+                return model_loss, -value.mean()
+
+            def optimize(self, obs):
+                model_loss, actor_loss = self.loss(obs)
+                self.model_opt.zero_grad()
+                model_loss.backward()
+                self.model_opt.step()
+                self.policy_opt.zero_grad()
+                actor_loss.backward()
+                self.policy_opt.step()
+
+
+        algo = Algo()
+        for _ in range(2):
+            algo.optimize(torch.randn(8, 4))
+    """),
     # `z = z.detach()` in a branch that did not run could not have made `z`, which has a graph
     # (3FabRec): the forward that did is named.
     "a detach in a branch that did not run": ("inplace-modified", "enc[2].weight", """

@@ -46,6 +46,12 @@ loss.backward()""",
             "back-propagate (line {backward.row}).",
             "`{carrier}` was cut from the graph by `{helper}()`.",
             ("cut from the graph by `{helper}()`",)),
+        "run-output-unused": Message(
+            "`{carrier}` ({where}) is computed only from data: `{output}`, the output of `{module}` (line "
+            "{output_row}), is never read on the way to it, so the loss has no grad_fn and the backward (line "
+            "{backward.row}) has nothing to go through.",
+            "`{carrier}` is computed without `{output}`, the model's output.",
+            ("computed without the model's output `{output}`",)),
         "run-grad-off": Message(
             "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: "
             "`{caller}` (line {caller_row}) runs under {grad_off}, so nothing the training step computes "

@@ -68,6 +68,19 @@ def keep_past_helper(source: Source, call: ast.Call, key: object) -> Fix | None:
                (replace(source, call, f"{{**{source.segment(call)}, {written}: {value}}}"),))
 
 
+def use_the_output(source: Source, stmt: ast.Assign, output: str) -> Fix | None:
+    """`loss = F.mse_loss(data.x, data.x)` where `out = model(data)` is never read: the model's
+    output in place of the loss's first argument, the prediction by the convention of torch's
+    losses. Unsafe: what the output should be compared with is the user's to say (PyG's
+    maintainer compared it with `data.y`)."""
+    call = stmt.value
+    if not isinstance(call, ast.Call) or not call.args or isinstance(call.args[0], ast.Starred):
+        return None
+    first = source.segment(call.args[0])
+    return Fix(f"Compute the loss from `{output}`, the model's output that nothing reads, in place of `{first}`, "
+               f"and check what it should be compared with", (replace(source, call.args[0], output),), "unsafe")
+
+
 def remove_data(source: Source, attribute: ast.Attribute) -> Fix:
     """`torch.stack(logits, 1).data` -> `torch.stack(logits, 1)`."""
     return Fix("Remove `.data`: it returns the tensor without its graph, which the backward needs",

@@ -206,6 +206,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         built = _built_in_a_callee(ctx, carrier, parameter) if not _calls_a_holder(located, name) else None
         if built is not None:
             # Where the model ran, as the helper path above names it.
+            name = _as_read_in(built, name)
             culprits = [culprit_at(name, built.source, built.location), culprit(ctx, carrier)]
             located, built_name = built, built.target_text
         else:
@@ -288,6 +289,19 @@ def _built_in_a_callee(ctx, carrier: Candidate, parameter) -> Located | None:
     where, assignment = found
     return Located(where.source, where.node, assignment.stmt, assignment.target,
                    where.source.segment(assignment.target), False)
+
+
+def _as_read_in(located: Located, parameter: str) -> str:
+    """The parameter as the statement that ran its model reads it: `model.reward_model.model[6].weight`
+    where Dreamer's `loss` begins with `model = self.agent.model` and calls `model.reward_model(...)`
+    (the backward's frame knows it as `self.agent.model.reward_model.model[6].weight`)."""
+    for name in sorted(src.names_read(located.store)):
+        made = src.last_assignment(located.scope, name, located.row)
+        value = made.value if made is not None and isinstance(made.stmt, ast.Assign) else None
+        prefix = src.canonical(value) if isinstance(value, ast.Attribute) else ""
+        if prefix and parameter[len(prefix):len(prefix) + 1] in (".", "[") and parameter.startswith(prefix):
+            return name + parameter[len(prefix):]
+    return parameter
 
 
 def _calls_a_holder(located: Located, parameter: str) -> bool:

@@ -26,14 +26,17 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     if failing_key is None:
         return None
     saver = _operation(walk.nodes[failing_key])
-    writes = _writes_after(ctx, walk, failing_key)
+    writes, result_saved = _writes_after(ctx, walk, failing_key)
     if not writes:
         return None
     # The write into what the saving operation made comes first (QMCTorch's `x = x.prod(-1)`,
     # then `x *= w`, not the `hess_jast *= 0.5` written earlier in the class), then a write into
     # what the saving operation read under another name (RefineNet's `path = x` ... `x += path`,
-    # not MultiResolutionFusion's `output += ...` in the same file).
-    writes.sort(key=lambda write: (_made_by_saver(write[1], saver) is None, _read_under_alias(write[1]) is None))
+    # not MultiResolutionFusion's `output += ...` in the same file), then a write into what a call
+    # made, where the saver saved its result (CDC's `h = self.block1(x)`, then `h += ...`).
+    writes.sort(key=lambda write: (_made_by_saver(write[1], saver, False) is None,
+                                   _made_by_saver(write[1], saver, result_saved) is None,
+                                   _read_under_alias(write[1]) is None))
     source, stmt, node = writes[0]
     # `c2_ffm += c2` ... `c5_ffm += c5` side by side (mmocr's FPEM_FFM): the graph says only which
     # operation wrote, and the next backward would fail on the next of them, so the fix writes
@@ -47,21 +50,22 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
         if index is not None:
             stmt = node = group[index]
             siblings = group[:index] + group[index + 1:]
-    return _finding(ctx, source, stmt, node, saver, detail, siblings)
+    return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved)
 
 
-def _writes_after(ctx, walk, failing_key: int) -> list:
+def _writes_after(ctx, walk, failing_key: int) -> tuple[list, bool]:
     """The in-place writes in the model's classes that could have changed what the failing node
-    saved: one of the operations that consume it (it saved its own result), else one that
-    consumes what it read (it saved its input: `x += path` after a max-pool read `x`)."""
-    for around in ([failing_key], [id(child) for child in _inputs(walk.nodes[failing_key])]):
+    saved, and whether it saved its own result: one of the operations that consume it (it did),
+    else one that consumes what it read (it saved its input: `x += path` after a max-pool read
+    `x`)."""
+    for around, result_saved in (([failing_key], True), ([id(child) for child in _inputs(walk.nodes[failing_key])], False)):
         writers = {_operation(walk.nodes[key]) for near in around for key in walk.consumers.get(near, ())
                    if key != failing_key}
         writers.discard(None)
         writes = list(_writes_in_model_classes(ctx, writers)) if writers else []
         if writes:
-            return writes
-    return []
+            return writes, result_saved
+    return [], False
 
 
 def _inputs(node) -> list:
@@ -124,16 +128,18 @@ def _read_under_alias(write: ast.stmt) -> tuple[ast.stmt, str] | None:
     return None
 
 
-def _made_by_saver(write: ast.stmt, saver: str | None) -> ast.stmt | None:
+def _made_by_saver(write: ast.stmt, saver: str | None, result_saved: bool) -> ast.stmt | None:
     """The statement that made what `x *= w` writes into, where it is a call of the saving
-    operation (`x = x.prod(-1)`): the operation saved its result there."""
+    operation (`x = x.prod(-1)`): the operation saved its result there. Where the graph shows
+    that the write consumed the saver's own result, a call of anything else counts too: CDC's
+    `h = self.block1(x)`, whose block ends in the `nn.ReLU` that saved `h`."""
     if saver is None or not isinstance(write, ast.AugAssign):
         return None
     made = src.last_assignment(src.enclosing_function(write) or src.module_of(write), src.canonical(write.target),
                                write.lineno)
     value = made.value if made is not None else None
     if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)) \
-            and src.canonical(value.func).split(".")[-1] == saver:
+            and (result_saved or src.canonical(value.func).split(".")[-1] == saver):
         return made.stmt
     return None
 
@@ -194,7 +200,7 @@ def _same_operation(name: str, writers: set[str]) -> bool:
 
 
 def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail,
-             siblings: list[ast.AugAssign] = ()) -> Finding:
+             siblings: list[ast.AugAssign] = (), result_saved: bool = False) -> Finding:
     code = source.segment(stmt)
     if isinstance(node, ast.keyword):
         call = src.parent(node)
@@ -218,7 +224,7 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         variant = "run-in-forward-write"
     culprits = [culprit_at(name, source, node_start(source, node))]
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
-    read = read or _made_by_saver(stmt, saver)
+    read = read or _made_by_saver(stmt, saver, result_saved)
     alias = _read_under_alias(stmt) if read is None else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
     if read is not None:

@@ -76,6 +76,9 @@ def made_by_calling(start: Scope, expression: str, before: int, accepts):
     holding a parameter, a model of some class), or None."""
     for where, assignment in made_from(start, expression, before, follow=lambda value: True):
         call = src.value_of(assignment.stmt)
+        # `imag_reward = model.reward_model(imag_feat).mean`: the call whose result it reads.
+        while isinstance(call, (ast.Attribute, ast.Subscript)):
+            call = call.value
         if isinstance(call, ast.Call) and accepts(runtime_value(where, call.func)):
             return where, assignment
     return None
@@ -253,7 +256,12 @@ def runtime_value(where: Scope, expression: ast.AST):
     elif where.runs:
         obj = where.values.get(expression.id)
     else:
-        return None
+        # A function that has run: `model = self.agent.model` at its top names what `model` is.
+        alias = src.last_assignment(where.node, expression.id, expression.lineno)
+        value = alias.value if alias is not None and isinstance(alias.stmt, ast.Assign) else None
+        if not (isinstance(value, ast.Attribute) and src.canonical(value).startswith("self.")):
+            return None
+        obj = runtime_value(where, value)
     for attribute in reversed(steps):
         try:
             obj = getattr(obj, attribute, None)

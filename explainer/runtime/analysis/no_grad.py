@@ -65,7 +65,7 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     found = (_grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) if trained is not None else None
     return found or _kept_without_grad(ctx, source, made) \
         or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
-        or _cut_in_helper(ctx, source, receiver, made)
+        or _cut_in_helper(ctx, source, receiver, made) or _output_unused(ctx, start, made)
 
 
 def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | None:
@@ -88,6 +88,32 @@ def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | 
         return finding("BX009", "run-cut-in-helper", "no-grad", evidence,
                        [culprit_at(name, scope.source, node_start(scope.source, call))],
                        [undo_cut.keep_past_helper(scope.source, call, key)])
+    return None
+
+
+def _output_unused(ctx: Context, start: Scope, made) -> Finding | None:
+    """PyG #874: `out = model(data)`, then `loss = F.mse_loss(data.x, data.x)`: the loss is made
+    only from data, and the output of the model that trains is never read. The model's output
+    nearest before the loss, in the same block, that nothing reads up to the backward."""
+    loss = next((assignment for where, assignment in made if where is start), None)
+    block = src.parent(loss.stmt) if loss is not None else None
+    body = getattr(block, "body", None) or []
+    if loss is None or not isinstance(loss.stmt, ast.Assign) or loss.stmt not in body:
+        return None
+    end = ctx.call.row if ctx.call is not None else loss.stmt.end_lineno
+    for stmt in reversed(body[:body.index(loss.stmt)]):
+        call = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+            and isinstance(stmt.targets[0], ast.Name) else None
+        if not isinstance(call, ast.Call) or not _trains(runtime_value(start, call.func)):
+            continue
+        output = stmt.targets[0].id
+        if any(stmt.end_lineno < node.lineno <= end for node in src.reads(start.node, output)):
+            return None
+        evidence = Evidence(start.source.segment(loss.target), _site(start.source, loss.stmt), ctx.backward_site(),
+                            advice="no-graph", facts=(("output", output), ("output_row", stmt.lineno),
+                                                      ("module", start.source.segment(call.func))))
+        return finding("BX009", "run-output-unused", "no-grad", evidence, [_assigned(start.source, loss)],
+                       [undo_cut.use_the_output(start.source, loss.stmt, output)])
     return None
 
 
