@@ -96,7 +96,8 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "switch_function": "evaluate", "iterations": 3, "kept_aside": True, "freeze": "for p in gen.parameters():",
          "freeze_row": 3, "unfreeze_row": 9, "attribute": "features", "holder_class": "SaveFeatures",
          "alias": "path", "helper": "detach_to_cpu", "helper_cut": "x.detach()", "helper_row": 70,
-         "output": "out", "output_row": 5}
+         "output": "out", "output_row": 5,
+         "factory": "torch.tensor"}
 
 
 def evidence(**changes) -> Evidence:

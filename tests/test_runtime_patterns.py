@@ -1300,6 +1300,67 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # The same residual sum written in place in two blocks (fepegar/unet's EncodingBlock and
+    # DecodingBlock): the block whose weights made the ReLU's input is named, the decoder's, where
+    # the backward fails first, and the fix writes both out of place, or it would fail again.
+    "the same in-place residual sum in two blocks": ("inplace-modified", "x", """
+        import torch
+
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.skip = torch.nn.Linear(4, 4)
+                self.body = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+            def forward(self, x):
+                connection = self.skip(x)
+                x = self.body(x)
+                x += connection
+                return x
+
+        class Decoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.skip = torch.nn.Linear(4, 4)
+                self.body = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+            def forward(self, x):
+                connection = self.skip(x)
+                x = self.body(x)  # culprit
+                x += connection
+                return x
+
+        net = torch.nn.Sequential(Encoder(), Decoder())
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = net(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # A branch replaces the loss with a constant on a batch without positives (nanodet's GFLHead):
+    # the constant is named, and made a leaf that requires grad, so the backward runs and the
+    # step skips the batch.
+    "a loss replaced by a constant in a branch": ("no-grad", "loss", """
+        import torch
+
+        net = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def compute_loss(x, y):
+            positive = y.squeeze(1) > 0
+            if positive.sum() == 0:
+                loss = torch.tensor(0.0)  # culprit
+            else:
+                loss = (net(x[positive]) - y[positive]).pow(2).mean()
+            return loss
+
+        for y in (torch.ones(8, 1), -torch.ones(8, 1)):
+            loss = compute_loss(torch.randn(8, 4), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     # The loss was built in a helper that reaches the model through a local alias (Dreamer's
     # `model = self.agent.model`): the weight is named as that statement reads it, and placed
     # where the model ran, a call whose result is indexed.
@@ -1933,6 +1994,18 @@ KEPT_MEMORY = """
                         "for epoch in range(2):\n      running_loss = 0.0\n      for step in range(3):").replace(
         "running_loss += loss  # culprit", "running_loss += loss / 3  # culprit"),
      "run-kept-total", "running_loss", "running_loss += (loss / 3).detach()"),
+    # RecBole (RUCAIBox/RecBole#307): each batch's loss kept in a list until the epoch ends; no
+    # value spans two iterations, the list holds one freed graph of each.
+    (KEPT_TOTAL.replace("running_loss = 0.0", "losses = []").replace(
+        "running_loss += loss  # culprit", "losses.append(loss)  # culprit").replace(
+        "running_loss.item()", "sum(losses).item()"),
+     "run-kept-each", "losses", "losses.append(loss.detach())"),
+    # packnet-sfm (TRI-ML/packnet-sfm#51): each batch's output dict, its loss with the graph.
+    (KEPT_TOTAL.replace("running_loss = 0.0", "outputs = []").replace(
+        "running_loss += loss  # culprit", "outputs.append(output)  # culprit").replace(
+        "loss.backward()", "output = {'loss': loss, 'size': 8}\n        output['loss'].backward()").replace(
+        "running_loss.item()", "sum(o['loss'] for o in outputs).item()"),
+     "run-kept-each", "outputs", "outputs.append({**output, 'loss': output['loss'].detach()})"),
 ])
 def test_a_graph_kept_aside_and_growing_is_named_where_it_is_kept(code, variant, culprit_name, fixed, explain_run,
                                                                   tmp_path):
@@ -2038,6 +2111,10 @@ def test_a_memory_chained_onto_the_one_stored_before_is_stored_detached(explain_
         total_loss.backward()
         opt.step()
     """,
+    # Each batch's loss kept detached.
+    KEPT_TOTAL.replace("running_loss = 0.0", "losses = []").replace(
+        "running_loss += loss  # culprit", "losses.append(loss.detach())").replace(
+        "running_loss.item()", "sum(losses).item()"),
     # The total kept as a number.
     KEPT_TOTAL.replace("running_loss += loss  # culprit", "running_loss += loss.item()").replace(
         "running_loss.item()", "running_loss"),

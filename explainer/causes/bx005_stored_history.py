@@ -68,6 +68,12 @@ last forward before the removal. The fix makes them again, hooks and all, right 
             "iteration, and no backward goes through them. Memory grows until training slows down or runs out.",
             "`{carrier}` chains every iteration's graph to the previous one: memory grows.",
             ("keeps every iteration's graph",)),
+        "run-kept-each": Message(
+            "`{carrier}` (filled at {where}) keeps a tensor of each of the last {iterations} iterations with its "
+            "autograd graph, one more each iteration. Their backward calls already ran, so no backward can go "
+            "through them again; they only hold memory until the list is dropped.",
+            "`{carrier}` keeps every iteration's graph after its backward: memory grows.",
+            ("keeps each iteration's graph",)),
         "run-hooks-removed": Message(
             "The hooks of `{carrier}` (made at {where}) were removed, and `{holder_class}.{attribute}` still holds "
             "the output of the last forward before that. {freed} that forward's graph, and this backward "

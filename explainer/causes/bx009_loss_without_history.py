@@ -52,6 +52,12 @@ loss.backward()""",
             "{backward.row}) has nothing to go through.",
             "`{carrier}` is computed without `{output}`, the model's output.",
             ("computed without the model's output `{output}`",)),
+        "run-constant": Message(
+            "`{carrier}` ({where}) can be a constant made by `{factory}()`, which has no graph: `{loss}` has no "
+            "grad_fn, so it was made of such constants alone this time (a branch that replaces the terms that "
+            "come from the model), and the backward (line {backward.row}) has nothing to go through.",
+            "`{carrier}` is a constant made by `{factory}()`: the loss has no graph.",
+            ("a constant made by `{factory}()`",)),
         "run-grad-off": Message(
             "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: "
             "`{caller}` (line {caller_row}) runs under {grad_off}, so nothing the training step computes "

@@ -81,6 +81,18 @@ def use_the_output(source: Source, stmt: ast.Assign, output: str) -> Fix | None:
                f"and check what it should be compared with", (replace(source, call.args[0], output),), "unsafe")
 
 
+def constants_require_grad(source: Source, factories: list[ast.Call]) -> Fix | None:
+    """`torch.tensor(0, dtype=torch.float32)` -> `torch.tensor(0, dtype=torch.float32,
+    requires_grad=True)` for each constant a loss can be made of alone (nanodet's maintainer):
+    a leaf the backward can start from, which gives no parameter a gradient."""
+    if not factories:
+        return None
+    edits = tuple(replace(source, call, f"{source.segment(call)[:-1].rstrip()}, requires_grad=True)")
+                  for call in factories)
+    return Fix("Make the constant loss terms require grad (`requires_grad=True`): a loss made only of them then "
+               "back-propagates, and no parameter gets a gradient from it", edits)
+
+
 def remove_data(source: Source, attribute: ast.Attribute) -> Fix:
     """`torch.stack(logits, 1).data` -> `torch.stack(logits, 1)`."""
     return Fix("Remove `.data`: it returns the tensor without its graph, which the backward needs",

@@ -118,6 +118,7 @@ for epoch in range(2):
         optimizer.zero_grad()
         step_output["loss"].backward()
         optimizer.step()
-        step_outputs.append(step_output)
+        # Lightning hands training_epoch_end the step's outputs detached
+        step_outputs.append({k: v.detach() if isinstance(v, Tensor) else v for k, v in step_output.items()})
     model.training_epoch_end(step_outputs)
 print("done")

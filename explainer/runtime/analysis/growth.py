@@ -4,16 +4,17 @@ error, a tensor the user keeps chains the graphs of earlier iterations that no b
 through again (a running total, BX002; a value stored for the next iteration, BX005)."""
 from __future__ import annotations
 
+import ast
 import bisect
 
 from ...fixes import accumulate_item, detach_carried, graph_options
-from ...fixes.edits import overlapping
+from ...fixes.edits import node_start, overlapping
 from ...model import Evidence, Finding, Fix
 from ...reading import source as src
-from .. import graph, journal
+from .. import graph, journal, naming
 from .carried import carried_fixes
 from .context import Context
-from .evidence import culprit, finding, made_at
+from .evidence import culprit, culprit_at, finding, made_at
 from .locate import carriers, held, self_referencing_carrier
 
 # Nodes one check for kept graphs may wrap: it runs in the first iterations of every script, on
@@ -132,6 +133,51 @@ def _kept_graph(ctx: Context) -> Finding | None:
         found = _kept_finding(ctx, candidate, count, [other for other, _ in kept[k + 1:]])
         if found is not None:
             return found
+    return _kept_each_iteration(ctx, bindings, spans, marks)
+
+
+def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: list[int]) -> Finding | None:
+    """RecBole's `losses_list.append(losses)` and packnet-sfm's `outputs.append(output)` after each
+    batch's backward: no value spans two iterations, but a list in the loop keeps one graph of
+    each, which its backward freed (nothing can back-propagate it again), and holds more of them
+    at every backward, until the epoch ends. Found where the items of one list (the same key of
+    each: `outputs[i]['loss']`) come from as many earlier iterations as there are items, two at
+    least and more than any earlier backward saw there, and this backward reaches none of them."""
+    groups: dict[tuple, list] = {}
+    for binding in bindings:
+        at = next((i for i, (kind, key) in enumerate(binding.steps) if kind == "item" and isinstance(key, int)), None)
+        if at is not None:
+            groups.setdefault((binding.frame_index, binding.base, binding.steps[:at], binding.steps[at + 1:]), []) \
+                .append(binding)
+    current = None
+    for (frame_index, base, head, tail), members in groups.items():
+        bits = {spans.get(id(m.value.grad_fn), 0) for m in members}
+        if len(members) < 2 or len(bits) < len(members) or any(b & (b - 1) or not b for b in bits) \
+                or not all(graph.holds_freed([m.value.grad_fn]) for m in members):
+            continue
+        container = naming.Binding(frame_index, base, head, None, None).expression
+        frame = ctx.frames[frame_index]
+        key = (frame.f_code.co_filename, frame.f_code.co_name, container + str(tail))
+        before = journal.spans_before(key, (0, len(members)))
+        if before is not None and before[1] >= len(members):
+            continue  # seen as long before: a window that slides, or a list the next epoch refills
+        if current is None:
+            current = graph.walk(ctx.root_nodes(), expand=lambda seq: seq >= marks[-1])
+        if not current.complete or any(id(m.value.grad_fn) in current.nodes for m in members):
+            continue
+        source, scope = ctx.frame_source(frame)
+        appends = [node for node in src.own_nodes(scope) if isinstance(node, ast.Call)
+                   and isinstance(node.func, ast.Attribute) and node.func.attr == "append"
+                   and src.canonical(node.func.value) == container] if scope is not None else []
+        if len(appends) != 1:
+            continue
+        store = appends[0]
+        item = tail[0][1] if len(tail) == 1 and tail[0][0] == "item" and isinstance(tail[0][1], str) else None
+        fix = detach_carried.append_detached(source, store, container, item) if not tail or item is not None else None
+        evidence = Evidence(container, ctx.call_site(source.filename, store.lineno), ctx.backward_site(),
+                            facts=(("iterations", len(members)), ("kept_aside", True)))
+        return finding("BX005", "run-kept-each", "graph-growth", evidence,
+                       [culprit_at(container, source, node_start(source, store))], [fix])
     return None
 
 

@@ -5,6 +5,7 @@ consumes the one whose saved tensor changed) and the model's classes say where."
 from __future__ import annotations
 
 import ast
+import math
 import re
 
 from ...fixes import out_of_place
@@ -34,14 +35,21 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     # what the saving operation read under another name (RefineNet's `path = x` ... `x += path`,
     # not MultiResolutionFusion's `output += ...` in the same file), then a write into what a call
     # made, where the saver saved its result (CDC's `h = self.block1(x)`, then `h += ...`).
-    writes.sort(key=lambda write: (_made_by_saver(write[1], saver, False) is None,
+    # Before all that, where the write changed the saver's own result: the write in the class
+    # whose module holds the weights the saver's input was made with (fepegar/unet's `x +=
+    # connection`, in EncodingBlock and in DecodingBlock alike: the decoder's conv2 fed the ReLU
+    # whose output changed). Where the saver saved its input, the weights below it say nothing
+    # of where its input was written later.
+    owners = _owners(ctx, _nearest_parameters(walk.nodes[failing_key])) if result_saved else {}
+    writes.sort(key=lambda write: (owners.get(id(write[3]), math.inf),
+                                   _made_by_saver(write[1], saver, False) is None,
                                    _made_by_saver(write[1], saver, result_saved) is None,
                                    _read_under_alias(write[1]) is None))
-    source, stmt, node = writes[0]
+    source, stmt, node, _ = writes[0]
     # `c2_ffm += c2` ... `c5_ffm += c5` side by side (mmocr's FPEM_FFM): the graph says only which
     # operation wrote, and the next backward would fail on the next of them, so the fix writes
     # every one of them out of place.
-    siblings = [other for other_source, other, _ in writes[1:]
+    siblings = [other for other_source, other, _, _ in writes[1:]
                 if other_source is source and isinstance(other, ast.AugAssign) and isinstance(stmt, ast.AugAssign)
                 and type(other.op) is type(stmt.op) and src.parent(other) is src.parent(stmt)]
     if siblings:
@@ -50,7 +58,50 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
         if index is not None:
             stmt = node = group[index]
             siblings = group[:index] + group[index + 1:]
-    return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved)
+    # The same write in another class of the model (the encoder's and the decoder's residual
+    # sum): the next backward would fail on it, so the fix writes it out of place too.
+    copies = [(other_source, other) for other_source, other, _, _ in writes
+              if other is not stmt and isinstance(other, ast.AugAssign) and isinstance(stmt, ast.AugAssign)
+              and other_source.segment(other) == source.segment(stmt) and src.parent(other) is not src.parent(stmt)]
+    return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved, copies)
+
+
+def _nearest_parameters(node, limit: int = 64) -> set[int]:
+    """The parameters (by id) nearest below `node`: those of the first level of the graph under
+    it that reaches any, breadth-first, `limit` nodes at most."""
+    level, seen, found = [node], set(), set()
+    while level and not found and len(seen) < limit:
+        below = []
+        for current in level:
+            for child in _inputs(current):
+                if id(child) in seen:
+                    continue
+                seen.add(id(child))
+                variable = getattr(child, "variable", None)
+                if variable is not None:
+                    found.add(id(variable))
+                below.append(child)
+        level = below
+    return found
+
+
+def _owners(ctx, parameters: set[int]) -> dict[int, int]:
+    """For each of the user's module classes (by id of its definition) whose modules hold one
+    of `parameters`: how many parameters the smallest such module holds (the innermost first)."""
+    owners: dict[int, int] = {}
+    if not parameters:
+        return owners
+    for _, module, _ in naming.module_bindings(ctx.frames):
+        for sub in module.modules():
+            if type(sub).__module__.startswith("torch"):
+                continue
+            held = [id(p) for p in sub.parameters()]
+            if parameters.isdisjoint(held):
+                continue
+            _, class_node = class_source(sub)
+            if class_node is not None:
+                owners[id(class_node)] = min(owners.get(id(class_node), math.inf), len(held))
+    return owners
 
 
 def _writes_after(ctx, walk, failing_key: int) -> tuple[list, bool]:
@@ -176,21 +227,21 @@ def _model_classes(ctx):
 
 
 def _writes_in_model_classes(ctx, writers: set[str]):
-    """(source, statement, node) for each in-place write in those classes that one of `writers`
+    """(source, statement, node, class) for each in-place write in those classes that one of `writers`
     could be: `out += x` (add), `h.relu_()`, `nn.ReLU(inplace=True)` / `F.relu(x, inplace=True)`."""
     for source, class_node in _model_classes(ctx):
         for node in src.all_nodes(class_node):
             if isinstance(node, ast.AugAssign) and any(isinstance(node.op, _AUGMENTED.get(w, ())) for w in writers):
-                yield source, node, node
+                yield source, node, node, class_node
             elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
                 name = src.canonical(node.func).split(".")[-1]
                 flag = next((k for k in node.keywords if k.arg == "inplace"
                              and isinstance(k.value, ast.Constant) and k.value.value is True), None)
                 if flag is not None and _same_operation(name, writers):
-                    yield source, src.statement_of(node), flag
+                    yield source, src.statement_of(node), flag, class_node
                 elif name.endswith("_") and not name.endswith("__") and name[:-1] in writers \
                         and isinstance(node.func, ast.Attribute):
-                    yield source, src.statement_of(node), node
+                    yield source, src.statement_of(node), node, class_node
 
 
 def _same_operation(name: str, writers: set[str]) -> bool:
@@ -200,7 +251,7 @@ def _same_operation(name: str, writers: set[str]) -> bool:
 
 
 def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail,
-             siblings: list[ast.AugAssign] = (), result_saved: bool = False) -> Finding:
+             siblings: list[ast.AugAssign] = (), result_saved: bool = False, copies=()) -> Finding:
     code = source.segment(stmt)
     if isinstance(node, ast.keyword):
         call = src.parent(node)
@@ -221,6 +272,13 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
             fix = Fix(f"Write {names} out of place: each of them is a tensor an earlier operation may have "
                       f"saved for the backward, and the error names only the operation",
                       tuple(edit for f in [fix, *others] for edit in f.edits))
+        same = [out_of_place.out_of_place(other_source, other, other_source.segment(other.target))
+                for other_source, other in copies]
+        if fix is not None and same and all(same):
+            rows = " and ".join(str(other.lineno) for _, other in copies)
+            fix = Fix(f"{fix.message} (and the same at line {rows}: the same write in another block of the model, "
+                      f"which the next backward would fail on)", fix.edits + tuple(e for f in same for e in f.edits),
+                      fix.applicability)
         variant = "run-in-forward-write"
     culprits = [culprit_at(name, source, node_start(source, node))]
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None

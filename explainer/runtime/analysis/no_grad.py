@@ -65,7 +65,8 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     found = (_grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) if trained is not None else None
     return found or _kept_without_grad(ctx, source, made) \
         or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
-        or _cut_in_helper(ctx, source, receiver, made) or _output_unused(ctx, start, made)
+        or _cut_in_helper(ctx, source, receiver, made) or _output_unused(ctx, start, made) \
+        or _made_of_constants(ctx, receiver, made)
 
 
 def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | None:
@@ -115,6 +116,67 @@ def _output_unused(ctx: Context, start: Scope, made) -> Finding | None:
         return finding("BX009", "run-output-unused", "no-grad", evidence, [_assigned(start.source, loss)],
                        [undo_cut.use_the_output(start.source, loss.stmt, output)])
     return None
+
+
+def _made_of_constants(ctx: Context, receiver: ast.expr, made) -> Finding | None:
+    """nanodet's GFLHead.loss: on a batch without positives, `loss_qfl = torch.tensor(0,
+    dtype=torch.float32).to(device)`, and the other two losses likewise, then `loss = loss_qfl +
+    loss_bbox + loss_dfl`. The function has returned, so which branch ran is not known; but the
+    loss has no graph, and one of the ways its terms are made is a constant: those constants,
+    the first of them named. The fix makes them leaves that require grad, as nanodet's
+    maintainer did: the backward then runs and gives no parameter a gradient, the step skips
+    the batch; no other gradient changes, so it is safe."""
+    for where, assignment in made:
+        value = src.value_of(assignment.stmt)
+        # What it reads, and what it is itself in the other branches (`loss = torch.tensor(0.0)`).
+        names = sorted(src.names_read(value) - {"self"}) if value is not None else []
+        for name in [*names, src.canonical(assignment.target)]:
+            for other in src.assignments(where.node, name):
+                factory = _constant_factory(other.value) if isinstance(other.stmt, ast.Assign) else None
+                if factory is None or other.stmt.lineno >= assignment.stmt.lineno and name in names:
+                    continue
+                # Its block's constants, all of them (each loss term replaced by one), the first named.
+                block = getattr(src.parent(other.stmt), "body", [])
+                made_here = [(stmt, f) for stmt in block if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                             and (f := _constant_factory(stmt.value)) is not None]
+                first = src.Assignment(made_here[0][0], made_here[0][0].targets[0]) if made_here and other.stmt in block \
+                    else other
+                source = where.source
+                evidence = Evidence(source.segment(first.target), _site(source, first.stmt), ctx.backward_site(),
+                                    advice="no-graph", facts=(("factory", src.canonical(factory.func)),
+                                                              ("loss", source.segment(assignment.target))))
+                return finding("BX009", "run-constant", "no-grad", evidence, [_assigned(source, first)],
+                               [undo_cut.constants_require_grad(source, [f for _, f in made_here] or [factory])],
+                               "likely")
+    return None
+
+
+# Calls that make a new tensor of constants, and what they may be sent through on the way.
+_FACTORIES = ("torch.tensor", "torch.as_tensor", "torch.zeros", "torch.ones", "torch.full", "torch.scalar_tensor")
+_MOVES = ("to", "cuda", "cpu", "float", "double", "half", "type")
+
+
+def _constant_factory(value: ast.expr | None) -> ast.Call | None:
+    """`torch.tensor(0, dtype=torch.float32)` in `torch.tensor(0, dtype=torch.float32).to(device)`:
+    a tensor of constants that does not require grad, or None."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES \
+            and src.canonical(value.func.value) != "torch":
+        value = value.func.value
+    if not (isinstance(value, ast.Call) and src.canonical(value.func) in _FACTORIES):
+        return None
+    if any(k.arg == "requires_grad" for k in value.keywords):
+        return None
+    # One number (`torch.tensor(0.)`, `torch.zeros(1)`, `torch.zeros(())`): a loss term's stand-in,
+    # not data (`torch.zeros(8)` targets).
+    try:
+        arguments = [ast.literal_eval(a) for a in value.args]
+    except ValueError:
+        return None
+    sizes = arguments if src.canonical(value.func) in ("torch.zeros", "torch.ones") else arguments[:0]
+    if not 1 <= len(arguments) <= (2 if src.canonical(value.func) == "torch.full" else 1) \
+            or not all(isinstance(a, (int, float)) or a == () for a in arguments) or any(s not in (1, ()) for s in sizes):
+        return None
+    return value
 
 
 def _returned_through_cut(where: Scope, call: ast.Call, depth: int):
