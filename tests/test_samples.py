@@ -65,6 +65,15 @@ NOT_YET: dict[str, str] = {
     "real/fabrec_encoder_step_before_recon": "named right (108), but no fix: the twin drops update_encoding's own "
                                              "`optimizer_E.step()` (and a `Q.zero_grad()`), so the encoder steps "
                                              "once, after both losses' backward calls",
+    "real/dreamer_pytorch_model_step_before_actor_backward": "named right (260), but fixes[0] recomputes the losses "
+                                                             "after the world model's step; the twin updates the "
+                                                             "actor and the value model first and the world model "
+                                                             "last, and its clipping also reaches the actor's and "
+                                                             "value's gradients (the buggy script's generators were "
+                                                             "spent)",
+    "real/pyg_graph_autoencoder_loss_on_inputs": "named right (63), but fixes[0] (unsafe) compares the unread `out` "
+                                                 "with `data.x`; the maintainer compares it with `data.y`, which "
+                                                 "the code does not say",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }
