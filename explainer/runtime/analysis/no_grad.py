@@ -66,7 +66,7 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     return found or _kept_without_grad(ctx, source, made) \
         or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
         or _cut_in_helper(ctx, source, receiver, made) or _output_unused(ctx, start, made) \
-        or _made_of_constants(ctx, receiver, made)
+        or _made_of_constants(ctx, made)
 
 
 def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | None:
@@ -118,7 +118,7 @@ def _output_unused(ctx: Context, start: Scope, made) -> Finding | None:
     return None
 
 
-def _made_of_constants(ctx: Context, receiver: ast.expr, made) -> Finding | None:
+def _made_of_constants(ctx: Context, made) -> Finding | None:
     """nanodet's GFLHead.loss: on a batch without positives, `loss_qfl = torch.tensor(0,
     dtype=torch.float32).to(device)`, and the other two losses likewise, then `loss = loss_qfl +
     loss_bbox + loss_dfl`. The function has returned, so which branch ran is not known; but the
@@ -133,7 +133,7 @@ def _made_of_constants(ctx: Context, receiver: ast.expr, made) -> Finding | None
         for name in [*names, src.canonical(assignment.target)]:
             for other in src.assignments(where.node, name):
                 factory = _constant_factory(other.value) if isinstance(other.stmt, ast.Assign) else None
-                if factory is None or other.stmt.lineno >= assignment.stmt.lineno and name in names:
+                if factory is None or (name in names and other.stmt.lineno >= assignment.stmt.lineno):
                     continue
                 # Its block's constants, all of them (each loss term replaced by one), the first named.
                 block = getattr(src.parent(other.stmt), "body", [])
@@ -170,7 +170,7 @@ def _constant_factory(value: ast.expr | None) -> ast.Call | None:
     # not data (`torch.zeros(8)` targets).
     try:
         arguments = [ast.literal_eval(a) for a in value.args]
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
     sizes = arguments if src.canonical(value.func) in ("torch.zeros", "torch.ones") else arguments[:0]
     if not 1 <= len(arguments) <= (2 if src.canonical(value.func) == "torch.full" else 1) \
