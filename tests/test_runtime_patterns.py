@@ -1201,7 +1201,7 @@ PATTERNS = {
     """),
     # A method that keeps its outputs on the object ran before the step (DRIT's `forward()`, run by
     # `update_D`), and the method that stepped then calls what back-propagates through them: the
-    # maker runs again before that call. It draws nothing, so that is safe.
+    # maker runs again before that call (whether that is safe: the test on `call_again` below).
     "a forward kept on the object, stepped before a second method back-propagates": (
         "inplace-modified", "self.enc[2].weight", """
         import torch
@@ -1339,8 +1339,7 @@ PATTERNS = {
             opt.step()
     """),
     # A branch replaces the loss with a constant on a batch without positives (nanodet's GFLHead):
-    # the constant is named, and made a leaf that requires grad, so the backward runs and the
-    # step skips the batch.
+    # the constant is named, and with the fix the backward runs on such a batch too.
     "a loss replaced by a constant in a branch": ("no-grad", "loss", """
         import torch
 
