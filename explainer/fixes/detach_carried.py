@@ -256,9 +256,9 @@ def append_detached(source: Source, store: ast.Call, container: str, key: str | 
         return None
     text = source.segment(value)
     if key is None:
-        stored, what = f"{text}.detach()", f"`{text}`"
+        stored, what = detached(text, False), f"`{text}`"
     else:
-        stored, what = f"{{**{text}, {key!r}: {text}[{key!r}].detach()}}", f"`{text}[{key!r}]`"
+        stored, what = f"{{**{text}, {key!r}: {detached(f'{text}[{key!r}]', False)}}}", f"`{text}[{key!r}]`"
     return Fix(f"Keep {what} detached in `{container}`: its backward already ran, and what the list keeps of its "
                f"graph only holds memory until the list is dropped", (replace(source, value, stored),))
 

@@ -610,8 +610,7 @@ def instance_class(receiver: ast.expr, at: ast.AST) -> ast.ClassDef | None:
 def _class_constructed(value: ast.AST | None, module: ast.Module, workspace: bool) -> ast.ClassDef | None:
     """The class `value` (`Actor(envs).to(device)`) constructs: the one class of this file by
     that name, or with `workspace`, one this file imports from the workspace (jedi)."""
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES:
-        value = value.func.value
+    value = unmoved(value)
     if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
         return None
     classes = _classes(module).get(value.func.id, ())
@@ -867,7 +866,15 @@ SHAPED_LIKE = frozenset({*("to", "cuda", "cpu", "type", "type_as", "view_as", "r
 
 
 # Conversions whose backward saves no tensor: a leaf moved or cast stays as good as a leaf.
-_MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "contiguous", "clone")
+_MOVES = ("to", "cuda", "cpu", "type", "float", "double", "half", "bfloat16", "contiguous", "clone")
+
+
+def unmoved(value: ast.AST | None) -> ast.AST | None:
+    """What `value` is before it is moved or cast: `Actor(envs)` in `Actor(envs).to(device)`,
+    `torch.tensor(0)` in `torch.tensor(0).to(device)`."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES:
+        value = value.func.value
+    return value
 
 
 def is_leaf_like(value: ast.AST) -> bool:

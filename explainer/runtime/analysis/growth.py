@@ -133,23 +133,23 @@ def _kept_graph(ctx: Context) -> Finding | None:
         found = _kept_finding(ctx, candidate, count, [other for other, _ in kept[k + 1:]])
         if found is not None:
             return found
-    return _kept_each_iteration(ctx, bindings, spans, marks)
+    return _kept_each_iteration(ctx, bindings, spans, marks, current)
 
 
-def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: list[int]) -> Finding | None:
+def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: list[int], current) -> Finding | None:
     """RecBole's `losses_list.append(losses)` and packnet-sfm's `outputs.append(output)` after each
     batch's backward: no value spans two iterations, but a list in the loop keeps one graph of
     each, which its backward freed (nothing can back-propagate it again), and holds more of them
     at every backward, until the epoch ends. Found where the items of one list (the same key of
     each: `outputs[i]['loss']`) come from as many earlier iterations as there are items, two at
-    least and more than any earlier backward saw there, and this backward reaches none of them."""
+    least and more than any earlier backward saw there, and this backward reaches none of them.
+    `current`: this backward's graph as `_kept_graph` walked it, or None where it did not."""
     groups: dict[tuple, list] = {}
     for binding in bindings:
         at = next((i for i, (kind, key) in enumerate(binding.steps) if kind == "item" and isinstance(key, int)), None)
         if at is not None:
             groups.setdefault((binding.frame_index, binding.base, binding.steps[:at], binding.steps[at + 1:]), []) \
                 .append(binding)
-    current = None
     for (frame_index, base, head, tail), members in groups.items():
         bits = {spans.get(id(m.value.grad_fn), 0) for m in members}
         if len(members) < 2 or len(bits) < len(members) or any(b & (b - 1) or not b for b in bits) \

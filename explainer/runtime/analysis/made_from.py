@@ -239,8 +239,7 @@ def callee_of(where: Scope, call: ast.Call) -> Scope | None:
 
 def returns(scope: Scope) -> list[ast.Return]:
     """The `return` statements with a value of the scope's own function (not of those it nests)."""
-    return [n for n in ast.walk(scope.node) if isinstance(n, ast.Return) and n.value is not None
-            and src.enclosing_function(n) is scope.node]
+    return [n for n in src.own_nodes(scope.node) if isinstance(n, ast.Return) and n.value is not None]
 
 
 def runtime_value(where: Scope, expression: ast.AST):

@@ -18,6 +18,7 @@ from ...reading.training import (
     no_grad_decorator,
     sets_requires_grad,
     switches_grad_off,
+    unmoved,
 )
 from .. import naming
 from .context import Context
@@ -151,17 +152,14 @@ def _made_of_constants(ctx: Context, made) -> Finding | None:
     return None
 
 
-# Calls that make a new tensor of constants, and what they may be sent through on the way.
+# Calls that make a new tensor of constants.
 _FACTORIES = ("torch.tensor", "torch.as_tensor", "torch.zeros", "torch.ones", "torch.full", "torch.scalar_tensor")
-_MOVES = ("to", "cuda", "cpu", "float", "double", "half", "type")
 
 
 def _constant_factory(value: ast.expr | None) -> ast.Call | None:
     """`torch.tensor(0, dtype=torch.float32)` in `torch.tensor(0, dtype=torch.float32).to(device)`:
     a tensor of constants that does not require grad, or None."""
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES \
-            and src.canonical(value.func.value) != "torch":
-        value = value.func.value
+    value = unmoved(value)
     if not (isinstance(value, ast.Call) and src.canonical(value.func) in _FACTORIES):
         return None
     if any(k.arg == "requires_grad" for k in value.keywords):
