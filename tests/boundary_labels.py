@@ -12,7 +12,7 @@ from explainer.render import diagram
 
 def labels(data: dict) -> list[str]:
     """The carrier, each call's `row  code` (a statement over several lines read as one line,
-    without its comments), and `row  edits here` for the first line fixes[0] edits in the
+    without its comments, cut at 72 characters), and `row  edits here` for the first line fixes[0] edits in the
     finding's file."""
     evidence = data["evidence"]
     sites = [evidence["made_at"], evidence["freed_by"], *evidence["steps"], evidence["backward"]]
@@ -41,9 +41,13 @@ def missing(data: dict, drawn_from: Finding | None = None) -> list[str]:
 
 def _one_line(code: str) -> str:
     lines = code.splitlines()
+    joined = " ".join(" ".join(lines).split())
     if len(lines) > 1:  # the samples' comments hold no "#" in a string
-        lines = [line.split("#", 1)[0] for line in lines]
-    return " ".join(" ".join(lines).split())
+        joined = " ".join(" ".join(line.split("#", 1)[0] for line in lines).split())
+        # Lines are joined with no space inside brackets.
+        joined = re.sub(r"([(\[{]) ", r"\1", re.sub(r" ([)\]}])", r"\1", joined))
+    # A long statement is drawn as its first 71 characters and an ellipsis.
+    return joined if len(joined) <= 72 else joined[:71].rstrip() + "…"
 
 
 def _squeezed(text: str) -> str:

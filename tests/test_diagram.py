@@ -80,6 +80,21 @@ def test_a_statement_over_several_lines_is_drawn_on_one_without_its_comments(fin
     assert "the state" not in diagram.svg(drawn) and "out, hidden = model(x, hidden)</tspan>" in diagram.svg(drawn)
 
 
+def test_a_long_statement_is_cut_so_that_what_it_did_stays_on_screen(findings):
+    """A call written over thirteen lines (nf-soft-mining's render call, 300 characters) is drawn
+    on one, with no space inside its brackets, as its first 71 characters and an ellipsis, so
+    that the row stays near a terminal's width."""
+    finding = findings["rnn_hidden_chunks"]
+    arguments = ",\n".join(f"    argument_{i}=argument_{i}" for i in range(12))
+    made_at = replace(finding.evidence.made_at, code=f"out, hidden = model(\n{arguments})")
+    drawn = diagram.timeline(replace(finding, evidence=replace(finding.evidence, made_at=made_at)))
+    first = diagram.text(drawn)[0]
+    assert "out, hidden = model(argument_0=argument_0, argument_1=argument_1, argum…  makes `hidden`" in \
+        re.sub(r" {2,}", "  ", first)
+    assert len(first) < 110 and "argument_11" not in diagram.svg(drawn)
+    assert diagram.size(drawn)[0] < 1000
+
+
 def test_no_boundary_no_picture(findings):
     finding = findings["rnn_hidden_chunks"]
     assert diagram.timeline(replace(finding, kind="no-grad")) is None

@@ -18,6 +18,9 @@ from ..reading.source import load, statement_code
 
 # The kinds whose error is about time: history made before a boundary, needed after it.
 _KINDS = ("second-backward", "inplace-modified", "graph-growth")
+# The longest code a row draws: a call written over ten lines would otherwise push what it did
+# there off a terminal's right edge (and the SVG's width with it).
+_WIDEST_CODE = 72
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ def _site(filename: str, row: int) -> CallSite:
 
 def _one_line(code: str) -> str:
     """A statement written over several lines, drawn on one: its comments dropped (a comment
-    inside it would read as commenting out the rest), its lines joined."""
+    inside it would read as commenting out the rest), its lines joined, and what passes
+    _WIDEST_CODE characters cut off with an ellipsis."""
     lines = code.splitlines()
     if len(lines) > 1:
         try:
@@ -94,7 +98,18 @@ def _one_line(code: str) -> str:
                     lines[row - 1] = lines[row - 1][:column]
         except (tokenize.TokenError, SyntaxError):
             pass  # not one whole statement: join it as it is
-    return " ".join(" ".join(lines).split())
+    joined = _joined([" ".join(line.split()) for line in lines])
+    return joined if len(joined) <= _WIDEST_CODE else joined[:_WIDEST_CODE - 1].rstrip() + "…"
+
+
+def _joined(lines: list[str]) -> str:
+    """Lines joined by a space, but none after an opening bracket or before a closing one: a
+    call's arguments written one per line read as `f(a, b)`, not `f( a, b )`."""
+    out = ""
+    for line in filter(None, lines):
+        glue = "" if not out or out[-1] in "([{" or line[0] in ")]}" else " "
+        out += glue + line
+    return out
 
 
 # What each role says beside its line; the kind's own words for the boundary.
