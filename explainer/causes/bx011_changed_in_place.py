@@ -62,6 +62,11 @@ y.backward()""",
             "the backward (line {backward.row}). {versions}",
             "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
             ("changed in place after {saved} saved it",)),
+        "run-in-forward-flag-read": Message(
+            "`{change}` ({where}) makes an operation that overwrites its input: the output of `{carrier}` at line "
+            "{read}, which {saved} saved for the backward (line {backward.row}). {versions}",
+            "The output of `{carrier}` was changed in place after {saved} saved it for the backward.",
+            ("its output saved by {saved} here", "changed it in place after {saved} saved it")),
         "run-in-forward-write": Message(
             "`{change}` ({where}) changes `{carrier}` in place, but {saved} saved that tensor for the backward "
             "(line {backward.row}). {versions}",
@@ -72,6 +77,11 @@ y.backward()""",
             "`{change}` ({where}) changed it in place. {versions}",
             "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
             ("saved by {saved} here", "changed in place after {saved} saved it")),
+        "run-in-forward-write-passed": Message(
+            "Line {read} passed `{carrier}` to {saved}, which saved it for the backward (line {backward.row}); "
+            "then `{change}` ({where}) changed it in place. {versions}",
+            "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
+            ("passed to {saved} here, which saved it", "changed in place after {saved} saved it")),
         "run-in-forward-write-alias": Message(
             "Line {read} handed `{carrier}` on as `{alias}`, and {saved} saved it there for the backward "
             "(line {backward.row}); then `{change}` ({where}) changed it in place. {versions}",

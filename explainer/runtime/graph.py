@@ -150,6 +150,12 @@ _VIEWS = frozenset(f"{name}Backward0" for name in (
     "Narrow")) | {"SqueezeBackward1", "SqueezeBackward2", "TransposeBackward1", "SelectBackward1"}
 
 
+def is_view(node) -> bool:
+    """Whether `node` is the backward of a view (`x.transpose(1, 2)`): what its consumer saved
+    may be its input itself."""
+    return type(node).__name__ in _VIEWS
+
+
 def input_leaves(node):
     """The leaf tensors that are inputs of `node`, directly or through views (`weight.t()` for a
     linear layer): the ones it may have saved to compute the gradient of its other inputs.
@@ -163,7 +169,7 @@ def input_leaves(node):
             seen.add(id(child))
             if is_leaf(child):
                 yield leaf_variable(child)
-            elif type(child).__name__ in _VIEWS:
+            elif is_view(child):
                 frontier.append(child)
 
 

@@ -220,7 +220,19 @@ def _last_pass(frames, call: BackwardCall, roots) -> tuple[tuple[BackwardCall, .
         for stmt in _statements_in(loops[0] if loops else scope):
             if stmt.lineno > current.end_lineno:
                 steps.extend(_steps_in(stmt, frame, source.filename, mark, 2 + len(steps)))
-    return (previous,), tuple(steps)
+    # An optimizer that keeps state from its first step on and holds none never stepped: this is
+    # the first pass (VG-HuBERT's in-place error, in its first backward), whatever the source says.
+    return (previous,), tuple(s for s in steps if _may_have_stepped(s.optimizer()))
+
+
+def _may_have_stepped(optimizer) -> bool:
+    """False only for an optimizer that would hold state had it ever stepped (every one of
+    torch's but plain SGD without momentum) and holds none."""
+    if optimizer is None or len(getattr(optimizer, "state", ())) > 0:
+        return True
+    plain_sgd = isinstance(optimizer, torch.optim.SGD) and all(g.get("momentum", 0) == 0
+                                                               for g in optimizer.param_groups)
+    return plain_sgd or not isinstance(optimizer, torch.optim.Optimizer)
 
 
 def _steps_in(stmt, frame, filename: str, mark: int, tick: int) -> list[StepCall]:

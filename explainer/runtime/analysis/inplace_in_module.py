@@ -13,7 +13,7 @@ from ...fixes.edits import node_start, replace
 from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
 from ...reading.training import defines_forward
-from .. import naming
+from .. import graph, naming
 from ..errors import InplaceDetail, version_facts
 from .context import Context
 from .evidence import culprit_at, finding
@@ -109,14 +109,25 @@ def _writes_after(ctx, walk, failing_key: int) -> tuple[list, bool]:
     saved, and whether it saved its own result: one of the operations that consume it (it did),
     else one that consumes what it read (it saved its input: `x += path` after a max-pool read
     `x`)."""
-    for around, result_saved in (([failing_key], True), ([id(child) for child in _inputs(walk.nodes[failing_key])], False)):
+    for around, result_saved in (([failing_key], True), (_read_by(walk.nodes[failing_key]), False)):
         writers = {_operation(walk.nodes[key]) for near in around for key in walk.consumers.get(near, ())
-                   if key != failing_key}
+                   if key != failing_key and key not in around}
         writers.discard(None)
         writes = list(_writes_in_model_classes(ctx, writers)) if writers else []
         if writes:
             return writes, result_saved
     return [], False
+
+
+def _read_by(node) -> list[int]:
+    """The nodes whose results `node` read (by key), and, through a view it read
+    (`self.pos_conv(x.transpose(1, 2))`), the node whose result the view is of."""
+    read = []
+    for child in _inputs(node):
+        read.append(id(child))
+        if graph.is_view(child):
+            read.extend(id(grandchild) for grandchild in _inputs(child))
+    return read
 
 
 def _inputs(node) -> list:
@@ -158,6 +169,29 @@ def _made_by(scope: ast.AST, write: ast.AugAssign) -> ast.stmt | None:
     return None
 
 
+def _passed_to_a_call(write: ast.stmt) -> ast.stmt | None:
+    """Where what `x += x_conv` writes was passed, under its own name, to a call after it was
+    last assigned and before the write (VG-HuBERT's `x_conv = self.pos_conv(x.transpose(1, 2))`):
+    where an operation that saved its input read it. The first such statement."""
+    if not isinstance(write, ast.AugAssign) or not isinstance(write.target, ast.Name):
+        return None
+    scope = src.enclosing_function(write) or src.module_of(write)
+    made = src.last_assignment(scope, write.target.id, write.lineno)
+    after = made.stmt.end_lineno if made is not None else 0
+    reads = [src.statement_of(call) for call in src.all_nodes(scope)
+             if isinstance(call, ast.Call) and after < call.lineno < write.lineno
+             and any(_rooted_at(arg, write.target.id) for arg in call.args)]
+    return min(reads, key=lambda stmt: stmt.lineno) if reads else None
+
+
+def _rooted_at(expression: ast.expr, name: str) -> bool:
+    """Whether `expression` is `name`, or a chain of attributes, calls and subscripts on it
+    (`x.transpose(1, 2)`, `x[:, 0]`)."""
+    while isinstance(expression, (ast.Attribute, ast.Call, ast.Subscript)):
+        expression = expression.func if isinstance(expression, ast.Call) else expression.value
+    return isinstance(expression, ast.Name) and expression.id == name
+
+
 def _read_under_alias(write: ast.stmt) -> tuple[ast.stmt, str] | None:
     """Where what `x += path` writes was read under another name, and that name: `path = x`, then
     `path = self.block(path)` (RefineNet's ChainedResidualPool), where the operation that saved it
@@ -177,6 +211,21 @@ def _read_under_alias(write: ast.stmt) -> tuple[ast.stmt, str] | None:
             if reads:
                 return min(reads, key=lambda stmt: stmt.lineno), alias
     return None
+
+
+def _fed_by_a_call(source, made: ast.stmt, module: str) -> tuple[ast.stmt, str] | None:
+    """Where `module` (`self.dropout`, made in place by `made`) is called in its class with the
+    result of another call as its input (`self.dropout(self.mlp(x))`): that statement, and the
+    callee (`self.mlp`), whose result it writes. None unless the class calls it exactly once."""
+    owner = next((node for node in src.ancestors(made) if isinstance(node, ast.ClassDef)), None)
+    calls = [node for node in src.all_nodes(owner) if isinstance(node, ast.Call)
+             and src.canonical(node.func) == module] if owner is not None else []
+    if len(calls) != 1 or len(calls[0].args) != 1 or not isinstance(calls[0].args[0], ast.Call):
+        return None
+    written = calls[0].args[0]
+    if not isinstance(written.func, (ast.Name, ast.Attribute)):
+        return None
+    return src.statement_of(written), source.segment(written.func)
 
 
 def _made_by_saver(write: ast.stmt, saver: str | None, result_saved: bool) -> ast.stmt | None:
@@ -244,10 +293,15 @@ def _writes_in_model_classes(ctx, writers: set[str]):
                     yield source, src.statement_of(node), node, class_node
 
 
+# What an in-place call records in the graph under another operation's name: a dropout in
+# place multiplies its input by the scaled mask (`mul_`), so its node is MulBackward0.
+_RECORDED_AS = {"mul": ("dropout", "dropout1d", "dropout2d", "dropout3d", "featuredropout")}
+
+
 def _same_operation(name: str, writers: set[str]) -> bool:
-    """`ReLU` / `relu` for relu, `LeakyReLU` for leaky_relu, `Dropout` for dropout."""
+    """`ReLU` / `relu` for relu, `LeakyReLU` for leaky_relu, `Dropout` for dropout or mul."""
     flat = name.lower().replace("_", "")
-    return any(flat == w.replace("_", "") for w in writers)
+    return any(flat == w.replace("_", "") or flat in _RECORDED_AS.get(w, ()) for w in writers)
 
 
 def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail,
@@ -281,11 +335,26 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
                       fix.applicability)
         variant = "run-in-forward-write"
     culprits = [culprit_at(name, source, node_start(source, node))]
+    # An operation that saved its input read it where it was passed to a call: that statement
+    # comes before where the tensor was made.
+    passed = _passed_to_a_call(stmt) if not result_saved else None
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
     read = read or _made_by_saver(stmt, saver, result_saved)
     alias = _read_under_alias(stmt) if read is None else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
-    if read is not None:
+    fed = _fed_by_a_call(source, stmt, name) if isinstance(node, ast.keyword) and result_saved else None
+    if fed is not None:
+        # torchgeo's L-TAE: `self.dropout(self.mlp(x))`, and the MLP's last ReLU saved its
+        # output: the forward the samples mark is where the module that made it ran.
+        made, name = fed
+        culprits.insert(0, culprit_at(name, source, node_start(source, made)))
+        facts += (("read", made.lineno),)
+        variant = "run-in-forward-flag-read"
+    elif passed is not None:
+        culprits.insert(0, culprit_at(name, source, node_start(source, passed)))
+        facts += (("read", passed.lineno),)
+        variant = "run-in-forward-write-passed"
+    elif read is not None:
         # The graph saved it where it was made: the forward the samples mark first, the write
         # (the line the fix changes) second.
         culprits.insert(0, culprit_at(name, source, node_start(source, read)))
