@@ -1,4 +1,5 @@
-"""Keyword fixes on backward / autograd.grad calls: `create_graph=True`, `retain_graph=True`."""
+"""Keyword fixes on backward / autograd.grad calls: `create_graph=True`, `retain_graph=True`,
+`inputs=` (a backward kept to one optimizer's parameters)."""
 from __future__ import annotations
 
 import ast
@@ -27,6 +28,11 @@ def add_retain_graph(source: Source, call: ast.Call, reason: str) -> Fix | None:
     if any(k.arg == "retain_graph" for k in call.keywords):
         return None
     return Fix(reason, (insert_keyword(source, call, "retain_graph=True"),))
+
+
+def optimizers_inputs(optimizer: str) -> str:
+    """`inputs=` for the parameters `optimizer` (its source text) steps."""
+    return f"inputs=[p for group in {optimizer}.param_groups for p in group['params']]"
 
 
 def drop_keyword(source: Source, call: ast.Call, name: str) -> Edit | None:

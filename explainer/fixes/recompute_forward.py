@@ -93,7 +93,29 @@ def recompute_before_use(source: Source, scope: ast.AST, carrier_stmt: ast.stmt,
     lines = [*zero_grad_again(scope, after_row, plan.anchor.lineno, failing_stmt),
              *(line for stmt in plan.kept for line in _copy_text(source, stmt, plan.inner))]
     insert = insert_lines_after if plan.after else insert_lines_before
-    return Fix(why, (insert(source, plan.anchor, lines),))
+    other = _other_backward_reading(scope, plan, failing_stmt)
+    if other is None:
+        return Fix(why, (insert(source, plan.anchor, lines),))
+    # pg-is-all-you-need's SAC: `vf_loss` is made from `q_pred`, and `vf_loss.backward()` runs
+    # after the Q step: recomputed, the V function's own update would take another loss.
+    return Fix(f"{why} (this also recomputes what `{source.segment(other).strip()}` (line {other.lineno}) "
+               f"back-propagates, so that update changes too)", (insert(source, plan.anchor, lines),), "unsafe")
+
+
+def _other_backward_reading(scope: ast.AST, plan: Plan, failing_stmt: ast.stmt) -> ast.stmt | None:
+    """The first statement from where the plan puts its copy to `failing_stmt`, that one left
+    out, that back-propagates a value the copy makes again: another update whose loss the
+    recompute changes."""
+    made = {canonical(t) for stmt in copied_assignments(plan) for t in targets_of(stmt)}
+    start = plan.anchor.end_lineno + 1 if plan.after else plan.anchor.lineno
+    return next((stmt for stmt in _simple_statements(scope)
+                 if start <= stmt.lineno < failing_stmt.lineno and _backpropagates(stmt) and _reads_any(stmt, made)),
+                None)
+
+
+def _backpropagates(stmt: ast.stmt) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "grad")
+               for n in ast.walk(stmt))
 
 
 class Plan(NamedTuple):

@@ -39,7 +39,7 @@ def update_after(source: Source, moved: list[ast.stmt], end: ast.stmt, failing: 
     if keep_to_own:
         if any(k.arg == "inputs" for k in moved_backward.keywords):
             return None
-        own = f"inputs=[p for group in {source.segment(stepped)}.param_groups for p in group['params']]"
+        own = graph_options.optimizers_inputs(source.segment(stepped))
         insert = graph_options.insert_keyword(source, moved_backward, own)
         if keywords and not moved_backward.args and len(moved_backward.keywords) == 1:
             insert = replace(insert, content=own)  # the only argument went: no separator

@@ -1102,3 +1102,24 @@ def update_moved_after(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.
     if not only_updates(between) or src.names_bound(moved) & {n for stmt in between for n in src.names_read(stmt)}:
         return None
     return moved, end
+
+
+def zeroed_before_use(statements: list[ast.stmt], optimizer: str) -> bool:
+    """Whether `optimizer.zero_grad()` comes in `statements` before its `step()` and before any
+    `.grad` is read."""
+    for stmt in statements:
+        if update_receiver(stmt, "zero_grad") == optimizer:
+            return True
+        if any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(stmt)) \
+                or any(update_receiver(n, "step") == optimizer for n in ast.walk(stmt) if isinstance(n, ast.stmt)):
+            return False
+    return False
+
+
+def next_in_its_loop(stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The statements of the innermost loop's body that run after `stmt` and before it runs
+    again (the rest of this pass, then the start of the next), where `stmt` is one of that
+    body's own statements; None where it is not."""
+    loop = next(iter(src.loops_around(stmt)), None)
+    at = next((i for i, own in enumerate(loop.body) if own is stmt), None) if loop is not None else None
+    return None if at is None else loop.body[at + 1:] + loop.body[:at]

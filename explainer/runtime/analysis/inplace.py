@@ -25,12 +25,14 @@ from ...reading import source as src
 from ...reading.training import (
     UPDATE_CALLS,
     helper_called,
+    next_in_its_loop,
     only_updates,
     passed_arguments,
     runs_backward,
     update_moved_after,
     update_receiver,
     whole_update,
+    zeroed_before_use,
 )
 from .. import graph, naming
 from ..errors import InplaceDetail, version_facts
@@ -172,7 +174,8 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                 if drop is not None:
                     edits = edits + (drop,)
             stale = _stale_reads(ctx, recompute, optimizer_parameters(steps))
-            fixes.append(Fix(recompute.message, edits, "unsafe" if stale else "safe"))
+            fixes.append(Fix(recompute.message, edits,
+                             "unsafe" if stale or recompute.applicability == "unsafe" else "safe"))
         fixes.append(_update_before_the_forward(ctx, source, located, step, steps, failing, full))
         fixes.append(_own_update_first_through_helper(ctx, carrier, steps))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
@@ -183,6 +186,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                                and fix.message == recompute.message and fix.applicability == "safe"), None)
         fixes.insert(0 if safe_recompute is None else safe_recompute + 1,
                      _drop_repeated_step(source, scope, step, failing))
+        fixes.insert(0, _keep_to_own(ctx, source, step, failing, steps))
         after = _update_after(ctx, source, scope, step, failing, steps)
         if after is not None and (_ascends_what_it_descended(ctx) or _kept_for_this_loss(ctx, scope, step, failing)):
             # One objective, two players, or a graph kept for a loss made before the step: each
@@ -196,7 +200,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         # or where this graph's forward ran before those of the losses that stepped (rlkit's SAC).
         first, forward_first = _own_update_first(ctx, source, located, steps, failing)
         recomputed = next((i for i, fix in enumerate(fixes) if recompute is not None and fix is not None
-                           and fix.message == recompute.message), None)
+                           and fix.message == recompute.message and fix.applicability == "safe"), None)
         fixes.insert(0 if recomputed is None or forward_first else recomputed + 1, first)
         fixes.append(_run_the_maker_again(ctx, located, step))
     located = carrier.located if carrier is not None else None
@@ -710,7 +714,7 @@ def _step_after_the_loop(source, scope, step: StepCall, failing) -> Fix | None:
     if source is None or failing is None or step.filename != source.filename:
         return None
     step_stmt = src.statement_at(scope, step.row, step.column)
-    loop = next(iter(reversed(src.loops_around(failing))), None)
+    loop = next(iter(src.loops_around(failing)), None)
     optimizer = src.call_receiver(step_stmt, "step") if isinstance(step_stmt, ast.Expr) else None
     if loop is None or not isinstance(loop, ast.For) or not isinstance(optimizer, ast.Name) or loop.orelse \
             or not loop.body or loop.body[-1] is not step_stmt or failing.lineno >= step_stmt.lineno:
@@ -763,6 +767,47 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
                                         keep_to_own=bool(parameters_under(loss.grad_fn) & changed))
 
 
+def _keep_to_own(ctx, source, step: StepCall, failing, steps) -> Fix | None:
+    """InfoMax-VAE: `vae_loss.backward(retain_graph=True); optim_VAE.step()`, then the critic's
+    `optim_D.zero_grad(); info_loss.backward(); optim_D.step()` fails on the encoder's weights.
+    The critic's backward only has to reach the critic: kept to `optim_D`'s parameters
+    (`inputs=`), as the maintainer did, it no longer needs the weights the step changed, and
+    the critic's gradient is the one the code computed. Safe where the path to those parameters
+    reads none of the weights that changed, and the gradients it no longer leaves in the other
+    parameters were never used: each is trained by an optimizer of the loop that zeroes them
+    before it steps them again, with no `.grad` read in between."""
+    if source is None or failing is None or step.filename != source.filename:
+        return None
+    call = src.call_named(failing, "backward")
+    block = src.enclosing_block(failing)
+    at = next((i for i, stmt in enumerate(block) if stmt is failing), None)
+    if call is None or at is None or any(k.arg == "inputs" for k in call.keywords):
+        return None
+    own = next((update_receiver(stmt, "step") for stmt in block[at + 1:] if update_receiver(stmt, "step")), None)
+    optimizer = ctx.lookup(own, source.filename) if own is not None else None
+    loss = _backward_loss(ctx, source, call)
+    if not isinstance(optimizer, torch.optim.Optimizer) or loss is None or loss.grad_fn is None:
+        return None
+    reached, stepped, changed = parameters_under(loss.grad_fn), trained_by(optimizer), optimizer_parameters(steps)
+    if not reached & stepped or stepped & changed or reads_on_the_way(loss.grad_fn, stepped, changed):
+        return None
+    after = next_in_its_loop(failing)
+    if after is None:
+        return None
+    for name in {update_receiver(stmt, "step") for stmt in after} - {None, own}:
+        other = trained_by(ctx.lookup(name, source.filename))
+        if reached & other and not zeroed_before_use(after, name):
+            return None
+        reached -= other
+    if reached - stepped:
+        return None  # gradients of tensors no optimizer of the loop zeroes
+    return Fix(f"Keep `{source.segment(call)}` to the parameters `{own}` steps (`inputs=`), so it no longer goes "
+               f"back through the weights `{ctx.call_site(step.filename, step.row, step.column).code}` "
+               f"(line {step.row}) changed. The gradients it no longer leaves in other parameters were zeroed before "
+               f"their next step: this optimizer's gradients are the ones the code computed",
+               (graph_options.insert_keyword(source, call, graph_options.optimizers_inputs(own)),), "safe")
+
+
 def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fix | None, bool]:
     """rlkit's SAC: the policy's loss is built, qf1 and qf2 step, then the policy's backward
     fails on the weights they changed. The policy's whole update (its `zero_grad()`, this
@@ -776,18 +821,28 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
     what this loss is taken on."""
     if source is None or failing is None or located.source is not source:
         return None, False
-    block = src.enclosing_block(failing)
+    block = src.enclosing_block(located.store)
     at = {id(stmt): index for index, stmt in enumerate(block)}
-    built, failed = at.get(id(located.store)), at.get(id(failing))
+    holder = _holding_if(failing, block)
+    built, failed = at.get(id(located.store)), at.get(id(holder))
     if built is None or failed is None:
         return None, False
 
     def receiver(index: int, method: str) -> str | None:
         return update_receiver(block[index], method)
 
-    end = next((i for i in range(failed + 1, len(block)) if receiver(i, "step") is not None), None)
-    own = receiver(end, "step") if end is not None else None
-    start = next((i for i in range(failed - 1, built, -1) if receiver(i, "zero_grad") == own), None)
+    if holder is failing:
+        end = next((i for i in range(failed + 1, len(block)) if receiver(i, "step") is not None), None)
+        own = receiver(end, "step") if end is not None else None
+        start = next((i for i in range(failed - 1, built, -1) if receiver(i, "zero_grad") == own), None)
+    else:
+        # pg-is-all-you-need's SAC: the actor's whole update is an `if` (a delayed policy
+        # update, its soft target update with it): the `if` moves, as the maintainers moved it.
+        inner = src.enclosing_block(failing)
+        after = inner[next(i for i, stmt in enumerate(inner) if stmt is failing) + 1:]
+        own = next((update_receiver(stmt, "step") for stmt in after if update_receiver(stmt, "step")), None)
+        zeroes = any(update_receiver(stmt, "zero_grad") == own for stmt in inner if stmt.lineno < failing.lineno)
+        end, start = failed, failed if own is not None and zeroes and only_updates(_branches(holder)) else None
     stepping = [i for i in range(built + 1, start or built) if receiver(i, "step") is not None]
     if own is None or start is None or not stepping \
             or {(step.filename, step.row) for step in steps} != {(source.filename, block[i].lineno) for i in stepping}:
@@ -795,7 +850,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
     insert = next((i for i in range(built + 1, stepping[0]) if receiver(i, "zero_grad") == receiver(stepping[0], "step")),
                   None)
     moved, between = block[start:end + 1], block[insert:start] if insert is not None else []
-    if insert is None or not only_updates(moved):
+    if insert is None or not only_updates(moved if holder is failing else []):
         return None, False
     bound_between, bound_moved = src.names_bound(between), src.names_bound(moved)
     if bound_between & {n for stmt in moved for n in src.names_read(stmt)} \
@@ -804,6 +859,9 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
     stepped = trained_by(ctx.lookup(own, source.filename))
     if not stepped:
         return None, False
+    # A moved `if` may also write weights no optimizer trains (a soft target update): the
+    # losses it moves past may then reach only weights their own optimizers step.
+    trained_between = set().union(*(trained_by(ctx.lookup(receiver(i, "step"), source.filename)) for i in stepping))
     zeroed, losses = set(), []
     for stmt in between:
         if update_receiver(stmt, "zero_grad") is not None:
@@ -813,7 +871,8 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
             loss = _backward_loss(ctx, source, call)
             later_step = next((receiver(i, "step") for i in stepping if block[i].lineno > stmt.lineno), None)
             if loss is None or loss.grad_fn is None \
-                    or parameters_under(loss.grad_fn) & stepped or later_step not in zeroed:
+                    or parameters_under(loss.grad_fn) & stepped or later_step not in zeroed \
+                    or (holder is not failing and not parameters_under(loss.grad_fn) <= trained_between):
                 return None, False
             losses.append(loss)
     first, final = moved[0].lineno, moved[-1].end_lineno
@@ -822,6 +881,20 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
                f"`{source.segment(block[insert])}` (line {block[insert].lineno}), so this backward takes its "
                f"gradient at the weights its graph was built with, before the other optimizers step them",
                edits, "safe"), _forward_ran_first(ctx, located, losses, failing.lineno)
+
+
+def _holding_if(failing: ast.stmt, block: list[ast.stmt]) -> ast.stmt:
+    """`failing` where it is a statement of `block`; else the `if` of `block` whose branches hold
+    it as one of their own statements (not in a loop or a nested block); else `failing`."""
+    holder = src.parent(failing)
+    if isinstance(holder, ast.If) and any(stmt is holder for stmt in block) \
+            and any(stmt is failing for stmt in _branches(holder)):
+        return holder
+    return failing
+
+
+def _branches(statement: ast.If) -> list[ast.stmt]:
+    return [*statement.body, *statement.orelse]
 
 
 def _forward_ran_first(ctx, located: Located, losses: list, before: int) -> bool:

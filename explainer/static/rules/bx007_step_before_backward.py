@@ -14,8 +14,11 @@ from ...reading.training import (
     Backward,
     backward_calls,
     has_history,
+    next_in_its_loop,
     scopes,
     update_moved_after,
+    update_receiver,
+    zeroed_before_use,
 )
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
@@ -83,7 +86,7 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
     source = module.source
     name = source.segment(stale.target)
     step_code = source.segment(step.call)
-    after = _update_after(source, scope, step, backward, calls)
+    after = _update_after(source, scope, step, backward, calls) or _keep_to_own(source, scope, step, backward)
     if after is not None:
         return module.finding(CODE, "stale", stale.target, after, carrier=name, made_at=stale.stmt,
                               backward=backward.call, steps=(step.call,))
@@ -137,6 +140,45 @@ def _update_after(source, scope, step: Step, backward: Backward, calls) -> Fix |
     # kept to its own optimizer's parameters.
     return reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value, moved_calls[0].call,
                                         keep_to_own=True)
+
+
+def _keep_to_own(source, scope, step: Step, backward: Backward) -> Fix | None:
+    """InfoMax-VAE, read from the source: `optim_D.zero_grad(); info_loss.backward();
+    optim_D.step()` after `optim_VAE.step()`, the critic's loss made from the encoder's output.
+    The backward is kept to `optim_D`'s parameters (`inputs=`), as the runtime's first fix for
+    this shape does: it stops at the critic, so it never needs the stepped encoder's weights.
+    Only where the source shows both optimizers' modules, no stepped module is called on what
+    the kept optimizer's modules made (the path to them would need its weights), and every
+    other optimizer of the loop whose modules the loss reaches zeroes its gradients before it
+    steps again, so the gradients this backward no longer leaves there were never used."""
+    if step.call.func.attr != "step" or not step.modules or backward.keyword("inputs") is not None:
+        return None
+    block = src.enclosing_block(backward.statement)
+    at = next((i for i, stmt in enumerate(block) if stmt is backward.statement), None)
+    own_name = next((update_receiver(stmt, "step") for stmt in block[at + 1:] if update_receiver(stmt, "step")),
+                    None) if at is not None else None
+    own = next((s for s in steps(scope) if s.optimizer == own_name and s.line > backward.line), None)
+    after = next_in_its_loop(backward.statement)
+    if own is None or not own.modules or own.modules & step.modules or after is None:
+        return None
+    reached: set[str] = set()
+    for ancestor in ancestors(backward.root, scope, backward.line):
+        called = modules_called(ancestor.value, scope, ancestor.line) if ancestor.value is not None else set()
+        reached |= called
+        if called & step.modules and (called & own.modules or any(
+                b.value is not None and modules_called(b.value, scope, b.line) & own.modules
+                for b in ancestors(ancestor.value, scope, ancestor.line))):
+            return None
+    if not reached & own.modules:
+        return None
+    for other in steps(scope):
+        if other.optimizer != own.optimizer and (other.modules is None or other.modules & reached) \
+                and not zeroed_before_use(after, other.optimizer):
+            return None
+    return Fix(f"Keep `{source.segment(backward.call)}` to the parameters `{own.optimizer}` steps (`inputs=`), so it "
+               f"no longer goes back through the weights `{source.segment(step.call)}` (line {step.line}) changed; "
+               f"the gradients it no longer leaves in the other modules are zeroed before their next step",
+               (graph_options.insert_keyword(source, backward.call, graph_options.optimizers_inputs(own.optimizer)),))
 
 
 def _reads_history_it_does_not_make(scope, stale: Ancestor, step: Step, backward: Backward) -> bool:
