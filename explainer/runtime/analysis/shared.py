@@ -18,6 +18,7 @@ from ...fixes import (
 from ...fixes.edits import node_start, overlapping
 from ...model import Finding, Fix
 from ...reading import source as src
+from ...reading.training import next_in_its_loop, update_receiver, zeroed_before_use
 from .. import naming
 from ..records import BackwardCall
 from .context import Context
@@ -187,7 +188,8 @@ def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, bet
         elif follower is not None and not (follower_trains & produced_by):
             fix = detach_for_first_consumer.detach_before(
                 located.source, located.scope, name, last_step.row, failing.lineno,
-                detach_for_first_consumer.LATER_UPDATE.format(step=f"{follower[0]}.step()", carrier="{carrier}"))
+                detach_for_first_consumer.LATER_UPDATE.format(step=f"{follower[0]}.step()", carrier="{carrier}")) \
+                or _detach_in_this_loss(ctx, located, name, previous, failing, follower[0], produced_by, source)
             part = f"`{name}` for the `{follower[0]}.step()` update"
         else:
             continue
@@ -201,6 +203,29 @@ def _detach_for_each_update(ctx: Context, shared: list[Candidate], previous, bet
     listed = " and ".join(part for part, _ in parts)
     return Fix(f"Detach {listed}: neither optimizer trains the model that produced the tensor "
                f"it is given, so each loss needs it only as a value", tuple(edits)), first_update
+
+
+def _detach_in_this_loss(ctx: Context, located: Located, name: str, previous, failing, follower: str,
+                         produced_by: set[int], source) -> Fix | None:
+    """The Stack Overflow GAN: `fake = generator(z)`, `loss_g` and `loss_d` both read it, then
+    `loss_g.backward(); optim_g.step()` and `loss_d.backward()` fails in the generator's graph.
+    `fake` is detached where the statements that make this loss alone read it (`discriminator(
+    fake.detach())`, as the accepted answer has it): the discriminator's gradient is the same,
+    and the generator's, which this backward no longer leaves, was zeroed before its next step.
+    None where what made it is trained by an optimizer of the loop that does not zero it first."""
+    call, before = src.call_named(failing, "backward"), src.call_named(ctx.site_statement(
+        previous.filename, previous.row)[2], "backward")
+    after = next_in_its_loop(failing)
+    if located.source is not source or call is None or before is None or after is None \
+            or not isinstance(call.func, ast.Attribute) or not isinstance(before.func, ast.Attribute):
+        return None
+    for optimizer in {update_receiver(stmt, "step") for stmt in after} - {None, follower}:
+        if trained_by(ctx.lookup(optimizer, source.filename)) & produced_by and not zeroed_before_use(after, optimizer):
+            return None
+    return detach_for_first_consumer.detach_in_own_loss(
+        source, located.scope, name, located.store.end_lineno, failing, src.canonical(call.func.value),
+        src.canonical(before.func.value),
+        detach_for_first_consumer.LATER_UPDATE.format(step=f"{follower}.step()", carrier="{carrier}"))
 
 
 def _optimizer_call_between(ctx: Context, source, first, failing):

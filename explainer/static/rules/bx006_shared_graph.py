@@ -25,7 +25,15 @@ from ...reading.dataflow import (
     shared_ancestor,
     steps,
 )
-from ...reading.training import Backward, backward_calls, has_history, is_module, scopes
+from ...reading.training import (
+    Backward,
+    backward_calls,
+    has_history,
+    is_module,
+    next_in_its_loop,
+    scopes,
+    zeroed_before_use,
+)
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
@@ -129,9 +137,10 @@ def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward,
                                                           shared.stmt.end_lineno, first.line)
         elif follower is not None and follower.modules is not None and producers \
                 and not (producers & follower.modules):
-            fix = detach_for_first_consumer.detach_before(
-                source, scope, shared.expression, step.line, second.line,
-                detach_for_first_consumer.LATER_UPDATE.format(step=source.segment(follower.call), carrier="{carrier}"))
+            why = detach_for_first_consumer.LATER_UPDATE.format(step=source.segment(follower.call), carrier="{carrier}")
+            fix = detach_for_first_consumer.detach_before(source, scope, shared.expression, step.line, second.line,
+                                                          why) \
+                or _detach_in_own_loss(source, scope, shared, first, second, step, why)
         if fix is None:
             fix = recompute_forward.recompute_before_use(
                 source, scope, shared.stmt, step.line, second.statement,
@@ -145,6 +154,20 @@ def _diagnostic(module: CheckedModule, scope, shared: Ancestor, first: Backward,
     return module.finding(CODE, "shared", shared.target, fix, carrier=name, made_at=shared.stmt, backward=second.call,
                           freed_by=first.call, steps=tuple(s.call for s in between))
 
+
+
+def _detach_in_own_loss(source, scope, shared: Ancestor, first: Backward, second: Backward, step, why: str):
+    """The Stack Overflow GAN, read from the source: `fake` detached where `loss_d` alone reads
+    it, where the stepped optimizer (the generator's) zeroes its gradients before it steps again
+    in the loop, so what `loss_d.backward()` no longer leaves in the generator was never used."""
+    after = next_in_its_loop(second.statement)
+    stepped = src.canonical(step.call.func.value) if isinstance(step.call.func, ast.Attribute) else None
+    this, other = (src.canonical(b.root) if isinstance(b.root, (ast.Name, ast.Attribute)) else None
+                   for b in (second, first))
+    if after is None or stepped is None or this is None or other is None or not zeroed_before_use(after, stepped):
+        return None
+    return detach_for_first_consumer.detach_in_own_loss(source, scope, shared.expression, shared.stmt.end_lineno,
+                                                        second.statement, this, other, why)
 
 
 def _producers(shared: Ancestor, scope) -> set[str]:
@@ -202,6 +225,20 @@ INVALID: list[Invalid] = [
             actor_opt.zero_grad()
             actor_loss.backward()
             actor_opt.step()
+    """),
+    Invalid("the generator trained first, then the discriminator's loss read the same output (a Q&A's GAN)", """
+        G, D = nn.Linear(2, 3), nn.Linear(3, 1)
+        opt_g, opt_d = torch.optim.SGD(G.parameters(), lr=0.1), torch.optim.SGD(D.parameters(), lr=0.1)
+        for z, real in batches:
+            fake = G(z)
+            loss_g = -D(fake).mean()
+            loss_d = D(real).mean() - D(fake).mean()
+            opt_g.zero_grad()
+            loss_g.backward()
+            opt_g.step()
+            opt_d.zero_grad()
+            loss_d.backward()
+            opt_d.step()
     """),
     Invalid("the generator's step scores the critic's sample, not the one it made for itself", """
         G, D = nn.Linear(2, 3), nn.Linear(3, 1)
