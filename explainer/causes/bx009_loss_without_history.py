@@ -46,6 +46,13 @@ loss.backward()""",
             "back-propagate (line {backward.row}).",
             "`{carrier}` was cut from the graph by `{helper}()`.",
             ("cut from the graph by `{helper}()`",)),
+        "run-rewrapped": Message(
+            "`{carrier}` ({where}) is made in `{helper}()`, which `{called}` runs, from `torch.tensor([...])` "
+            "of values computed from what trains: `torch.tensor` copies them into a new tensor without a graph "
+            "({copies} such copies there), so the loss has no grad_fn and the backward (line {backward.row}) has "
+            "nothing to go through.",
+            "`{carrier}` is copied out of the graph by `torch.tensor([...])` in `{helper}()`.",
+            ("copied out of the graph by `torch.tensor([...])`",)),
         "run-output-unused": Message(
             "`{carrier}` ({where}) is computed only from data: `{output}`, the output of `{module}` (line "
             "{output_row}), is never read on the way to it, so the loss has no grad_fn and the backward (line "

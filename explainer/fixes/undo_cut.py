@@ -93,6 +93,28 @@ def constants_require_grad(source: Source, factories: list[ast.Call]) -> Fix | N
                "back-propagates, and no parameter gets a gradient from it", edits)
 
 
+def stack_instead_of_rewrap(source: Source, calls: list[ast.Call]) -> Fix | None:
+    """`torch.tensor([0, grad.amplitude], device=DEVICE)` -> `torch.stack([torch.as_tensor(0,
+    device=DEVICE), torch.as_tensor(grad.amplitude, device=DEVICE)])`, for each call: the same
+    values, and those that are tensors keep their graph (pulseq-zero's `join`). Unsafe where a
+    call names no device: its numbers would then be made on the CPU beside a tensor that may be
+    elsewhere. None where a call has another form than one list or tuple and keywords
+    `as_tensor` takes."""
+    edits = []
+    for call in calls:
+        elements = call.args[0].elts if len(call.args) == 1 and isinstance(call.args[0], (ast.List, ast.Tuple)) else None
+        if not elements or any(isinstance(e, ast.Starred) for e in elements) \
+                or any(k.arg not in ("dtype", "device") for k in call.keywords):
+            return None
+        keywords = "".join(f", {source.segment(k)}" for k in call.keywords)
+        parts = ", ".join(f"torch.as_tensor({source.segment(e)}{keywords})" for e in elements)
+        edits.append(replace(source, call, f"torch.stack([{parts}])"))
+    return Fix("Stack the values with `torch.stack([torch.as_tensor(...), ...])` instead of copying them with "
+               "`torch.tensor([...])`: the copy has no graph, so what trains never gets a gradient from them",
+               tuple(edits), "safe" if all(any(k.arg == "device" for k in c.keywords) for c in calls) else "unsafe") \
+        if edits else None
+
+
 def remove_data(source: Source, attribute: ast.Attribute) -> Fix:
     """`torch.stack(logits, 1).data` -> `torch.stack(logits, 1)`."""
     return Fix("Remove `.data`: it returns the tensor without its graph, which the backward needs",

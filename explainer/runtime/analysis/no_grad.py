@@ -66,8 +66,8 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     found = (_grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) if trained is not None else None
     return found or _kept_without_grad(ctx, source, made) \
         or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
-        or _cut_in_helper(ctx, source, receiver, made) or _output_unused(ctx, start, made) \
-        or _made_of_constants(ctx, made)
+        or _cut_in_helper(ctx, source, receiver, made) or _rewrapped_in_callee(ctx, made) \
+        or _output_unused(ctx, start, made) or _made_of_constants(ctx, made)
 
 
 def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | None:
@@ -91,6 +91,60 @@ def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | 
                        [culprit_at(name, scope.source, node_start(scope.source, call))],
                        [undo_cut.keep_past_helper(scope.source, call, key)])
     return None
+
+
+def _rewrapped_in_callee(ctx: Context, made) -> Finding | None:
+    """pulseq-zero's `split_gradient`: `seq = my_seq(gx_amp)` is given a tensor that trains, and
+    a function it calls, a few calls deep, copies values into `torch.tensor([0, grad.amplitude])`:
+    a new tensor without a graph, so the loss made of what it returns has none. Every such copy
+    in that function is named (the first as the culprit) and stacked instead."""
+    for where, assignment in made:
+        value = src.value_of(assignment.stmt)
+        if not isinstance(value, ast.Call) or not where.runs or not any(
+                isinstance(v := runtime_value(where, argument), torch.Tensor) and v.requires_grad
+                for argument in [*value.args, *(k.value for k in value.keywords)]):
+            continue
+        found = _rewraps_below(where, value, 3)
+        if found is None:
+            continue
+        helper, calls = found
+        first = src.statement_of(calls[0])
+        targets = src.targets_of(first)
+        name = helper.source.segment(targets[0]) if len(targets) == 1 else helper.source.segment(calls[0])
+        evidence = Evidence(name, _site(helper.source, first), ctx.backward_site(), advice="no-graph",
+                            facts=(("helper", helper.node.name), ("copies", len(calls)),
+                                   ("called", where.source.segment(value.func))))
+        return finding("BX009", "run-rewrapped", "no-grad", evidence,
+                       [culprit_at(name, helper.source, node_start(helper.source, first))],
+                       [undo_cut.stack_instead_of_rewrap(helper.source, calls)], "likely")
+    return None
+
+
+def _rewraps_below(where: Scope, call: ast.Call, depth: int) -> tuple[Scope, list[ast.Call]] | None:
+    """The first function run by `call`, or by the calls of the user's functions it makes (up to
+    `depth` deep), that copies values it computed into `torch.tensor([...])`, and those copies."""
+    callee = callee_of(where, call)
+    if callee is None or depth == 0:
+        return None
+    copies = [node for node in src.own_nodes(callee.node) if isinstance(node, ast.Call)
+              and src.canonical(node.func) == "torch.tensor" and len(node.args) == 1
+              and isinstance(node.args[0], (ast.List, ast.Tuple))
+              and any(not _literal(element) for element in node.args[0].elts)]
+    if copies:
+        return callee, sorted(copies, key=lambda c: (c.lineno, c.col_offset))
+    for inner in (node for node in src.own_nodes(callee.node) if isinstance(node, ast.Call)):
+        found = _rewraps_below(callee, inner, depth - 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _literal(expression: ast.expr) -> bool:
+    try:
+        ast.literal_eval(expression)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def _output_unused(ctx: Context, start: Scope, made) -> Finding | None:
@@ -132,10 +186,13 @@ def _made_of_constants(ctx: Context, made) -> Finding | None:
         # What it reads, and what it is itself in the other branches (`loss = torch.tensor(0.0)`).
         names = sorted(src.names_read(value) - {"self"}) if value is not None else []
         for name in [*names, src.canonical(assignment.target)]:
-            for other in src.assignments(where.node, name):
+            assigned = src.assignments(where.node, name)
+            for other in assigned:
                 factory = _constant_factory(other.value) if isinstance(other.stmt, ast.Assign) else None
                 if factory is None or (name in names and other.stmt.lineno >= assignment.stmt.lineno):
                     continue
+                if all(_constant_factory(a.value) is not None for a in assigned if isinstance(a.stmt, ast.Assign)):
+                    continue  # never anything else (pulseq-zero's `target_k`): data, no term's stand-in
                 # Its block's constants, all of them (each loss term replaced by one), the first named.
                 block = getattr(src.parent(other.stmt), "body", [])
                 made_here = [(stmt, f) for stmt in block if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
