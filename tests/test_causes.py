@@ -97,7 +97,7 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "freeze_row": 3, "unfreeze_row": 9, "attribute": "features", "holder_class": "SaveFeatures",
          "alias": "path", "helper": "detach_to_cpu", "helper_cut": "x.detach()", "helper_row": 70,
          "output": "out", "output_row": 5,
-         "factory": "torch.tensor"}
+         "factory": "torch.tensor", "copies": 6, "called": "my_seq"}
 
 
 def evidence(**changes) -> Evidence:

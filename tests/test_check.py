@@ -92,10 +92,12 @@ def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases(
         "real/again_melgan_d_fake_before_d_step", "real/amphion_valle_epoch_sum_loss_graph",
         "real/brax_ppo_total_loss_graph",
         "real/imvisible_running_loss_keeps_graph", "real/infini_attention_memory",
+        "real/infomaxvae_info_loss_after_vae_step",
         "real/labelmodels_running_loss_graph", "real/medipixel_ppo_total_loss_twice",
         "real/ml2021_hw7_train_loss_graph", "real/morvanzhou_gan_d_step_before_g_backward",
         "real/morvanzhou_rnn_regressor_h_state_not_repacked", "real/pytorch_gan_wgan_fake_imgs",
-        "real/resample_retain_step", "real/srgan_d_step_before_g_loss"]
+        "real/ray_finetune_llm_loss_sum_graph", "real/resample_retain_step", "real/so_gan_loss_d_through_generator",
+        "real/srgan_d_step_before_g_loss"]
 
 
 @pytest.fixture(scope="module", autouse=True)

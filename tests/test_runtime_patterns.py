@@ -1491,6 +1491,134 @@ PATTERNS = {
                 opt.step()
             saver.close()
     """),
+    # torchgeo's L-TAE: the dropout in place records a multiplication, and writes the output of
+    # the MLP whose in-place ReLU saved it.
+    "a dropout in place after an MLP that ends in an in-place ReLU": ("inplace-modified", "self.mlp", """
+        import torch
+        import torch.nn as nn
+
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mlp = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU(inplace=True))
+                self.dropout = nn.Dropout(0.2, inplace=True)
+                self.norm = nn.LayerNorm(8)
+
+            def forward(self, x):
+                return self.norm(self.dropout(self.mlp(x)))  # culprit
+
+        Encoder()(torch.randn(4, 8)).pow(2).sum().backward()
+    """),
+    # InfoMax-VAE: the critic's loss back-propagates through the encoder its step changed.
+    "a critic's loss back-propagated after the encoder's step, through the encoder": ("inplace-modified", "enc[2].weight", """
+        import torch
+        torch.manual_seed(0)
+        enc = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+        critic = torch.nn.Linear(3, 1)
+        opt_enc = torch.optim.SGD(enc.parameters(), lr=0.1)
+        opt_critic = torch.optim.SGD(critic.parameters(), lr=0.1)
+        for _ in range(3):
+            z = enc(torch.randn(8, 4))  # culprit
+            info = critic(torch.tanh(z)).mean()
+            enc_loss = z.pow(2).mean() + info
+            opt_enc.zero_grad()
+            enc_loss.backward(retain_graph=True)
+            opt_enc.step()
+            info_loss = -info
+            opt_critic.zero_grad()
+            info_loss.backward()
+            opt_critic.step()
+    """),
+    # The Stack Overflow GAN: both losses read `fake`; the discriminator's, back-propagated after
+    # the generator's step, needs it only as a value.
+    "two losses read the generator's output, the discriminator's back-propagated after the generator's step": (
+        "second-backward", "fake", """
+        import torch
+        torch.manual_seed(0)
+        gen, disc = torch.nn.Linear(4, 6), torch.nn.Linear(6, 1)
+        opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+        opt_d = torch.optim.SGD(disc.parameters(), lr=0.1)
+        for _ in range(3):
+            fake = gen(torch.randn(5, 4))  # culprit
+            loss_g = -disc(fake).mean()
+            loss_d = disc(torch.randn(5, 6)).mean() - disc(fake).mean()
+            opt_g.zero_grad()
+            loss_g.backward()
+            opt_g.step()
+            opt_d.zero_grad()
+            loss_d.backward()
+            opt_d.step()
+    """),
+    # VG-HuBERT: the convolution saved its input, a view of `x`, where `x` was passed to it.
+    "a residual added in place into what a convolution read through a view": ("inplace-modified", "x", """
+        import torch
+
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = torch.nn.Linear(4, 6)
+                self.pos_conv = torch.nn.Conv1d(6, 6, 3, padding=1)
+
+            def forward(self, features):
+                x = self.proj(features) * 2
+                x_conv = self.pos_conv(x.transpose(1, 2))  # culprit
+                x += x_conv.transpose(1, 2)
+                return x
+
+        Encoder()(torch.randn(2, 5, 4)).pow(2).sum().backward()
+    """),
+    # pulseq-zero: a helper two calls down copies values into `torch.tensor([...])`.
+    "values with history copied into torch.tensor([...]) two calls down": ("no-grad", "up", """
+        import torch
+
+        def pieces(amplitude):
+            up = torch.tensor([0, amplitude], dtype=torch.float32)  # culprit
+            down = torch.tensor([amplitude, 0], dtype=torch.float32)
+            return up, down
+
+        def sequence(amplitude):
+            return pieces(amplitude * 2)
+
+        amp = torch.tensor(1.5, requires_grad=True)
+        target = torch.tensor(4.0)
+        opt = torch.optim.SGD([amp], lr=0.1)
+        for _ in range(2):
+            up, down = sequence(amp)
+            loss = (up.sum() + down.sum() - target) ** 2
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # pg-is-all-you-need's SAC: the actor's update is an `if`, after the Q and V updates; the V
+    # loss is made from `q_pred`, so a recompute after the Q step would change V's update too.
+    "a delayed policy update after the value updates, its loss built before them": ("inplace-modified", "qf.weight", """
+        import torch
+        torch.manual_seed(0)
+        actor, qf, vf = torch.nn.Linear(3, 1), torch.nn.Linear(4, 1), torch.nn.Linear(3, 1)
+        actor_opt = torch.optim.SGD(actor.parameters(), lr=0.1)
+        qf_opt = torch.optim.SGD(qf.parameters(), lr=0.1)
+        vf_opt = torch.optim.SGD(vf.parameters(), lr=0.1)
+        for step in range(4):
+            state, action = torch.randn(8, 3), torch.randn(8, 1)
+            new_action = actor(state)
+            q_loss = (qf(torch.cat([state, action], 1)) - 1).pow(2).mean()
+            v_pred = vf(state)
+            q_pred = qf(torch.cat([state, new_action], 1))  # culprit
+            v_loss = (v_pred - q_pred.detach()).pow(2).mean()
+            qf_opt.zero_grad()
+            q_loss.backward()
+            qf_opt.step()
+            vf_opt.zero_grad()
+            v_loss.backward()
+            vf_opt.step()
+            if step % 2 == 0:
+                actor_loss = (v_pred.detach() - q_pred).mean()
+                actor_opt.zero_grad()
+                actor_loss.backward()
+                actor_opt.step()
+            else:
+                actor_loss = torch.zeros(1)
+    """),
 }
 
 
@@ -1922,6 +2050,23 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
      "self.length_scale = nn.Parameter(torch.exp(torch.log(torch.tensor(2.0))))", ".detach()"),
     ("a generator's output made while its parameters were frozen", "safe",
      "        p.requires_grad = True\n    d_opt.zero_grad()\n    sr = gen", ""),
+    # The dropout writes out of place, as torchgeo's maintainers made it.
+    ("a dropout in place after an MLP that ends in an in-place ReLU", "safe", "nn.Dropout(0.2, inplace=False)", ""),
+    # The critic's backward stops at the critic, as InfoMax-VAE's maintainer made it.
+    ("a critic's loss back-propagated after the encoder's step, through the encoder", "safe",
+     "info_loss.backward(inputs=[p for group in opt_critic.param_groups for p in group['params']])", ""),
+    # Detached only in the discriminator's loss, as the accepted answer has it.
+    ("two losses read the generator's output, the discriminator's back-propagated after the generator's step", "safe",
+     "loss_d = disc(torch.randn(5, 6)).mean() - disc(fake.detach()).mean()", "disc(fake.detach()).mean()\n    loss_d"),
+    ("a residual added in place into what a convolution read through a view", "safe",
+     "x = x + x_conv.transpose(1, 2)", ""),
+    # Stacked, every copy of the function: no device is named, so unsafe.
+    ("values with history copied into torch.tensor([...]) two calls down", "unsafe",
+     "down = torch.stack([torch.as_tensor(amplitude, dtype=torch.float32), torch.as_tensor(0, dtype=torch.float32)])",
+     ""),
+    # The actor's whole `if` moves before the Q update, as pg-is-all-you-need's maintainer moved it.
+    ("a delayed policy update after the value updates, its loss built before them", "safe",
+     "        actor_loss = torch.zeros(1)\n    qf_opt.zero_grad()", ""),
 ])
 def test_the_fix_first_offered_is_the_experts(name, applicability, present, absent, explain_run, tmp_path):
     script = tmp_path / "train.py"
@@ -2294,6 +2439,44 @@ def test_a_loss_passed_down_twice_is_named_where_the_stepped_model_ran(explain_r
     row = code.splitlines().index("        q = self.critic(torch.cat([s, self.actor(s).softmax(-1)], -1))") + 1
     made = code.splitlines().index("        policy_loss = self.actor_loss(s)") + 1
     assert named == [("self.critic[0].weight", row), ("policy_loss", made)], named
+
+
+def test_a_recompute_that_would_change_another_updates_loss_is_unsafe(explain_run, tmp_path):
+    """pg-is-all-you-need: `v_loss` is made from `q_pred` and back-propagated after the Q step. A
+    recompute of `q_pred` there recomputes `v_loss` too, and the V function's own update with
+    it: offered, but unsafe, after the move of the actor's update."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(
+        PATTERNS["a delayed policy update after the value updates, its loss built before them"][2]).lstrip())
+    fixes = explain_run(script).findings[0]["fixes"]
+    recompute = next(f for f in fixes if f["message"].startswith("Recompute `q_pred`"))
+    assert recompute["applicability"] == "unsafe" and "`v_loss.backward()`" in recompute["message"]
+    assert fixes.index(recompute) > 0
+
+
+def test_a_constant_never_assigned_anything_else_is_no_loss_terms_stand_in(explain_run, tmp_path):
+    """pulseq-zero's `target_k = torch.tensor(32.0)` is data the loss compares with, not a term a
+    branch replaced by a constant (nanodet's): it is not blamed for the loss having no graph."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        net = torch.nn.Linear(3, 1)
+        target = torch.tensor(2.0)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+
+        def predict(x):
+            return torch.tensor(net(x).tolist()).mean()
+
+
+        for _ in range(2):
+            loss = (predict(torch.randn(4, 3)) - target) ** 2
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """).lstrip())
+    run = explain_run(script)
+    assert run.returncode == 1 and not [f for f in run.findings if f["variant"] == "run-constant"], run.stderr
 
 
 @pytest.mark.parametrize("helper, applicability", [

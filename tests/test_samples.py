@@ -56,9 +56,6 @@ NOT_YET: dict[str, str] = {
                                                                 "critics' steps and the actor's run in one call "
                                                                 "(`update_all_parameters`), which the maintainers "
                                                                 "split to compute the actor's loss between them",
-    "real/pg_is_all_you_need_sac_actor_after_q_step": "named right, but fixes[0] recomputes `q_pred` and `v_pred` "
-                                                      "after the Q step; the twin moves the whole actor update "
-                                                      "(and its soft target update) before the Q and V steps",
     "real/drit_update_eg_stale_forward": "fixes[0] runs `self.forward()` again before `backward_G_alone()`, as the "
                                          "commenter did, and trains what the twin trains, but is offered as unsafe: "
                                          "run again, the forward draws new random codes (`get_z_random`)",
