@@ -2454,6 +2454,27 @@ def test_a_recompute_that_would_change_another_updates_loss_is_unsafe(explain_ru
     assert fixes.index(recompute) > 0
 
 
+def test_an_in_place_change_it_cannot_place_is_not_told_as_a_step(explain_run, tmp_path):
+    """No step ran, and the write is out of sight (a `functools.partial` of `Tensor.mul_`): the
+    retain_graph advice and the roles say nothing of a step (torchgeo's L-TAE, before its
+    dropout was found, was told "the optimizer step between the two backward calls")."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import functools
+        import torch
+
+        x = torch.randn(3, requires_grad=True)
+        y = x.exp()
+        scale = functools.partial(torch.Tensor.mul_, y)
+        scale(2)
+        y.sum().backward()
+    """).lstrip())
+    run = explain_run(script)
+    (finding,) = run.findings
+    assert finding["variant"] == "run-unknown" and finding["evidence"]["advice"] == "not-the-cause"
+    assert "step" not in run.stderr.split("[explainer]", 1)[1], run.stderr
+
+
 def test_a_constant_never_assigned_anything_else_is_no_loss_terms_stand_in(explain_run, tmp_path):
     """pulseq-zero's `target_k = torch.tensor(32.0)` is data the loss compares with, not a term a
     branch replaced by a constant (nanodet's): it is not blamed for the loss having no graph."""

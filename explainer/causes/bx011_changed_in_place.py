@@ -91,6 +91,6 @@ y.backward()""",
             "`{carrier}` was changed in place after the graph that this backward uses saved it.",
             "`{carrier}` was updated by an in-place operation after this graph was built.",
             ("modified in place by an in-place operation after this graph was built",
-             "built before the step, back-propagated after it")),
+             "built before the change, back-propagated after it")),
     },
 )

@@ -217,8 +217,9 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             culprits = [culprit_at(name, located.source, _module_call_at(located, name)), culprit(ctx, carrier)]
     elif step_site is not None:
         culprits = [Culprit(name, step_site.filename, Location(step_site.row, 1), "", step_site.code)]
+    # With no step found, no step is why retain_graph would not help: the graph still exists.
     evidence = Evidence(name, made_at(ctx, located), ctx.backward_site(), steps=(step_site,) if step_site else (),
-                        advice="after-step", facts=(
+                        advice="after-step" if step is not None else "not-the-cause", facts=(
                             ("built", built_name),
                             ("manual", step is not None and step.optimizer() is None), *version_facts(detail)))
     if step is None:
