@@ -715,7 +715,7 @@ def _step_after_the_loop(source, scope, step: StepCall, failing) -> Fix | None:
     if source is None or failing is None or step.filename != source.filename:
         return None
     step_stmt = src.statement_at(scope, step.row, step.column)
-    loop = next(iter(src.loops_around(failing)), None)
+    loop = next(iter(reversed(src.loops_around(failing))), None)
     optimizer = src.call_receiver(step_stmt, "step") if isinstance(step_stmt, ast.Expr) else None
     if loop is None or not isinstance(loop, ast.For) or not isinstance(optimizer, ast.Name) or loop.orelse \
             or not loop.body or loop.body[-1] is not step_stmt or failing.lineno >= step_stmt.lineno:
