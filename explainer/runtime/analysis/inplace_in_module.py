@@ -213,17 +213,20 @@ def _read_under_alias(write: ast.stmt) -> tuple[ast.stmt, str] | None:
     return None
 
 
-def _fed_by_a_call(source, made: ast.stmt, module: str) -> tuple[ast.stmt, str] | None:
+def _fed_by_a_call(source, made: ast.stmt, module: str, saver: str | None) -> tuple[ast.stmt, str] | None:
     """Where `module` (`self.dropout`, made in place by `made`) is called in its class with the
     result of another call as its input (`self.dropout(self.mlp(x))`): that statement, and the
-    callee (`self.mlp`), whose result it writes. None unless the class calls it exactly once."""
+    callee (`self.mlp`), whose result it writes, where the operation that saved it ran inside
+    that callee (the MLP's last ReLU). None where the callee is the saving operation itself
+    (`self.act(torch.sigmoid(h))`: the flag is where to look), or unless the class calls the
+    module exactly once."""
     owner = next((node for node in src.ancestors(made) if isinstance(node, ast.ClassDef)), None)
     calls = [node for node in src.all_nodes(owner) if isinstance(node, ast.Call)
              and src.canonical(node.func) == module] if owner is not None else []
     if len(calls) != 1 or len(calls[0].args) != 1 or not isinstance(calls[0].args[0], ast.Call):
         return None
     written = calls[0].args[0]
-    if not isinstance(written.func, (ast.Name, ast.Attribute)):
+    if not isinstance(written.func, (ast.Name, ast.Attribute)) or src.canonical(written.func).split(".")[-1] == saver:
         return None
     return src.statement_of(written), source.segment(written.func)
 
@@ -342,7 +345,7 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     read = read or _made_by_saver(stmt, saver, result_saved)
     alias = _read_under_alias(stmt) if read is None else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
-    fed = _fed_by_a_call(source, stmt, name) if isinstance(node, ast.keyword) and result_saved else None
+    fed = _fed_by_a_call(source, stmt, name, saver) if isinstance(node, ast.keyword) and result_saved else None
     if fed is not None:
         # torchgeo's L-TAE: `self.dropout(self.mlp(x))`, and the MLP's last ReLU saved its
         # output: the forward the samples mark is where the module that made it ran.
