@@ -1116,6 +1116,15 @@ def zeroed_before_use(statements: list[ast.stmt], optimizer: str) -> bool:
     return False
 
 
+def step_after(stmt: ast.stmt) -> str | None:
+    """The optimizer (canonical) whose `opt.step()` is the first such statement after `stmt` in
+    its block: the update `stmt`'s backward belongs to."""
+    block = src.enclosing_block(stmt)
+    at = next((i for i, own in enumerate(block) if own is stmt), None)
+    return None if at is None else next(
+        (name for name in (update_receiver(later, "step") for later in block[at + 1:]) if name is not None), None)
+
+
 def next_in_its_loop(stmt: ast.stmt) -> list[ast.stmt] | None:
     """The statements of the innermost loop's body that run after `stmt` and before it runs
     again (the rest of this pass, then the start of the next), where `stmt` is one of that

@@ -29,10 +29,10 @@ from ...reading.training import (
     only_updates,
     passed_arguments,
     runs_backward,
+    step_after,
     update_moved_after,
     update_receiver,
     whole_update,
-    zeroed_before_use,
 )
 from .. import graph, naming
 from ..errors import InplaceDetail, version_facts
@@ -55,7 +55,7 @@ from .locate import (
     through_plain_alias,
 )
 from .made_from import Scope, made_by_calling, runtime_value
-from .trained import optimizer_parameters, parameters_under, reads_on_the_way, trained_by
+from .trained import left_unused, optimizer_parameters, parameters_under, reads_on_the_way, trained_by
 
 
 def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | None:
@@ -780,11 +780,9 @@ def _keep_to_own(ctx, source, step: StepCall, failing, steps) -> Fix | None:
     if source is None or failing is None or step.filename != source.filename:
         return None
     call = src.call_named(failing, "backward")
-    block = src.enclosing_block(failing)
-    at = next((i for i, stmt in enumerate(block) if stmt is failing), None)
-    if call is None or at is None or any(k.arg == "inputs" for k in call.keywords):
+    if call is None or any(k.arg == "inputs" for k in call.keywords):
         return None
-    own = next((update_receiver(stmt, "step") for stmt in block[at + 1:] if update_receiver(stmt, "step")), None)
+    own = step_after(failing)
     optimizer = ctx.lookup(own, source.filename) if own is not None else None
     loss = _backward_loss(ctx, source, call)
     if not isinstance(optimizer, torch.optim.Optimizer) or loss is None or loss.grad_fn is None:
@@ -793,15 +791,9 @@ def _keep_to_own(ctx, source, step: StepCall, failing, steps) -> Fix | None:
     if not reached & stepped or stepped & changed or reads_on_the_way(loss.grad_fn, stepped, changed):
         return None
     after = next_in_its_loop(failing)
-    if after is None:
-        return None
-    for name in {update_receiver(stmt, "step") for stmt in after} - {None, own}:
-        other = trained_by(ctx.lookup(name, source.filename))
-        if reached & other and not zeroed_before_use(after, name):
-            return None
-        reached -= other
-    if reached - stepped:
-        return None  # gradients of tensors no optimizer of the loop zeroes
+    left = left_unused(ctx, after, source.filename, reached, own) if after is not None else None
+    if left is None or left - stepped:
+        return None  # gradients used later, or of tensors no optimizer of the loop zeroes
     return Fix(f"Keep `{source.segment(call)}` to the parameters `{own}` steps (`inputs=`), so it no longer goes "
                f"back through the weights `{ctx.call_site(step.filename, step.row, step.column).code}` "
                f"(line {step.row}) changed. The gradients it no longer leaves in other parameters were zeroed before "
@@ -840,8 +832,7 @@ def _own_update_first(ctx, source, located: Located, steps, failing) -> tuple[Fi
         # pg-is-all-you-need's SAC: the actor's whole update is an `if` (a delayed policy
         # update, its soft target update with it): the `if` moves, as the maintainers moved it.
         inner = src.enclosing_block(failing)
-        after = inner[next(i for i, stmt in enumerate(inner) if stmt is failing) + 1:]
-        own = next((update_receiver(stmt, "step") for stmt in after if update_receiver(stmt, "step")), None)
+        own = step_after(failing)
         zeroes = any(update_receiver(stmt, "zero_grad") == own for stmt in inner if stmt.lineno < failing.lineno)
         end, start = failed, failed if own is not None and zeroes and only_updates(_branches(holder)) else None
     stepping = [i for i in range(built + 1, start or built) if receiver(i, "step") is not None]

@@ -18,14 +18,14 @@ from ...fixes import (
 from ...fixes.edits import node_start, overlapping
 from ...model import Finding, Fix
 from ...reading import source as src
-from ...reading.training import next_in_its_loop, update_receiver, zeroed_before_use
+from ...reading.training import next_in_its_loop
 from .. import naming
 from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate, Located, class_source, step_row_in
 from .made_from import argument_for, live_scope, made_from
-from .trained import optimizer_parameters, parameters_under, trained_by
+from .trained import left_unused, optimizer_parameters, parameters_under, trained_by
 
 # A few more tensors shared the same way (peers' outputs); each costs a walk of its graph.
 _MORE_SHARED = 3
@@ -219,9 +219,8 @@ def _detach_in_this_loss(ctx: Context, located: Located, name: str, previous, fa
     if located.source is not source or call is None or before is None or after is None \
             or not isinstance(call.func, ast.Attribute) or not isinstance(before.func, ast.Attribute):
         return None
-    for optimizer in {update_receiver(stmt, "step") for stmt in after} - {None, follower}:
-        if trained_by(ctx.lookup(optimizer, source.filename)) & produced_by and not zeroed_before_use(after, optimizer):
-            return None
+    if left_unused(ctx, after, source.filename, produced_by, follower) is None:
+        return None
     return detach_for_first_consumer.detach_in_own_loss(
         source, located.scope, name, located.store.end_lineno, failing, src.canonical(call.func.value),
         src.canonical(before.func.value),

@@ -2,6 +2,7 @@
 updates. Fixes detach a tensor for an update whose optimizer does not train what made it."""
 from __future__ import annotations
 
+from ...reading.training import update_receiver, zeroed_before_use
 from .. import graph
 
 
@@ -84,3 +85,17 @@ def reads_on_the_way(grad_fn, targets: set[int], changed: set[int]) -> bool:
                 pending.append(consumer)
     return any(not graph.is_leaf(walked.nodes[key]) and any(id(v) in changed for v in graph.input_leaves(walked.nodes[key]))
                for key in on_the_way)
+
+
+def left_unused(ctx, statements, filename: str, parameters: set[int], own: str) -> set[int] | None:
+    """The gradients a backward no longer leaves in `parameters` were never used where every
+    optimizer stepped in `statements` (what runs before that backward runs again), but `own`,
+    that trains some of them zeroes its gradients before it steps and before any `.grad` is
+    read. The parameters none of those optimizers train, or None where one uses them first."""
+    left = set(parameters)
+    for name in {update_receiver(stmt, "step") for stmt in statements} - {None, own}:
+        trained = trained_by(ctx.lookup(name, filename))
+        if left & trained and not zeroed_before_use(statements, name):
+            return None
+        left -= trained
+    return left

@@ -16,8 +16,8 @@ from ...reading.training import (
     has_history,
     next_in_its_loop,
     scopes,
+    step_after,
     update_moved_after,
-    update_receiver,
     zeroed_before_use,
 )
 from ..cases import Invalid, Valid
@@ -153,10 +153,7 @@ def _keep_to_own(source, scope, step: Step, backward: Backward) -> Fix | None:
     steps again, so the gradients this backward no longer leaves there were never used."""
     if step.call.func.attr != "step" or not step.modules or backward.keyword("inputs") is not None:
         return None
-    block = src.enclosing_block(backward.statement)
-    at = next((i for i, stmt in enumerate(block) if stmt is backward.statement), None)
-    own_name = next((update_receiver(stmt, "step") for stmt in block[at + 1:] if update_receiver(stmt, "step")),
-                    None) if at is not None else None
+    own_name = step_after(backward.statement)
     own = next((s for s in steps(scope) if s.optimizer == own_name and s.line > backward.line), None)
     after = next_in_its_loop(backward.statement)
     if own is None or not own.modules or own.modules & step.modules or after is None:
