@@ -177,10 +177,15 @@ def _passed_to_a_call(write: ast.stmt) -> ast.stmt | None:
         return None
     scope = src.enclosing_function(write) or src.module_of(write)
     made = src.last_assignment(scope, write.target.id, write.lineno)
-    after = made.stmt.end_lineno if made is not None else 0
+    return _first_passing(scope, made.stmt.end_lineno if made is not None else 0, write.lineno,
+                          lambda arg: _rooted_at(arg, write.target.id))
+
+
+def _first_passing(scope: ast.AST, after: int, before: int, passes) -> ast.stmt | None:
+    """The first statement of `scope` between the two rows with a call one of whose positional
+    arguments `passes`."""
     reads = [src.statement_of(call) for call in src.all_nodes(scope)
-             if isinstance(call, ast.Call) and after < call.lineno < write.lineno
-             and any(_rooted_at(arg, write.target.id) for arg in call.args)]
+             if isinstance(call, ast.Call) and after < call.lineno < before and any(passes(arg) for arg in call.args)]
     return min(reads, key=lambda stmt: stmt.lineno) if reads else None
 
 
@@ -205,11 +210,10 @@ def _read_under_alias(write: ast.stmt) -> tuple[ast.stmt, str] | None:
                 and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Name) \
                 and node.value.id == name:
             alias = node.targets[0].id
-            reads = [src.statement_of(call) for call in src.all_nodes(scope)
-                     if isinstance(call, ast.Call) and node.lineno < call.lineno < write.lineno
-                     and any(isinstance(arg, ast.Name) and arg.id == alias for arg in call.args)]
-            if reads:
-                return min(reads, key=lambda stmt: stmt.lineno), alias
+            read = _first_passing(scope, node.lineno, write.lineno,
+                                  lambda arg: isinstance(arg, ast.Name) and arg.id == alias)
+            if read is not None:
+                return read, alias
     return None
 
 
