@@ -182,11 +182,42 @@ def freed(node) -> bool | None:
             continue
         try:
             value = getattr(node, name)
-        except RuntimeError:  # "... saved tensors after they have already been freed"
-            return True
+        except RuntimeError as error:
+            if "freed" in str(error):  # "... saved tensors after they have already been freed"
+                return True
+            saved_tensor = True  # changed in place since (a weight stepped): saved, and still held
+            continue
         saved_tensor = saved_tensor or isinstance(value, torch.Tensor) or (
             isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value))
     return False if saved_tensor else None
+
+
+_SAVED_BY_TYPE: dict[type, tuple[str, ...]] = {}
+
+
+def saved_attributes(node) -> tuple[str, ...]:
+    """The attributes through which `node` shows what it saved for its backward (`_saved_self`)."""
+    kind = type(node)
+    names = _SAVED_BY_TYPE.get(kind)
+    if names is None:
+        names = tuple(a for a in dir(node) if a.startswith("_saved_"))
+        _SAVED_BY_TYPE[kind] = names
+    return names
+
+
+def changed_saved(node) -> str | None:
+    """The attribute of `node` whose saved tensor was changed in place after it was saved (the
+    version check its backward makes fails), or None. A custom Function's `saved_tensors` too."""
+    custom = ("saved_tensors",) if hasattr(node, "_forward_cls") else ()
+    for attribute in saved_attributes(node) + custom:
+        try:
+            getattr(node, attribute)
+        except RuntimeError as error:
+            if "inplace operation" in str(error):
+                return attribute
+        except Exception:
+            continue
+    return None
 
 
 def _below(nodes, limit: int):

@@ -592,38 +592,20 @@ def _passed_in(ctx, index: int, expression: str) -> bool:
     return index + 1 < len(ctx.frames) and root not in ("self", "cls") and naming.is_argument(ctx.frames[index], root)
 
 
-_SAVED_BY_TYPE: dict[type, tuple[str, ...]] = {}
-
-
-def _saved_attributes(node) -> tuple[str, ...]:
-    kind = type(node)
-    names = _SAVED_BY_TYPE.get(kind)
-    if names is None:
-        names = tuple(a for a in dir(node) if a.startswith("_saved_"))
-        _SAVED_BY_TYPE[kind] = names
-    return names
-
-
 def _failing_saved(walk: graph.Walk) -> tuple[int | None, str | None]:
     """The node whose saved tensor fails the version check, in the engine's order."""
     order = sorted((k for k, s in walk.seq.items() if s != graph.LEAF_SEQ), key=lambda k: -walk.seq[k])
     for key in order:
-        node = walk.nodes[key]
-        for attribute in _saved_attributes(node) + (("saved_tensors",) if hasattr(node, "_forward_cls") else ()):
-            try:
-                getattr(node, attribute)
-            except RuntimeError as error:
-                if "inplace operation" in str(error):
-                    return key, attribute
-            except Exception:
-                continue
+        attribute = graph.changed_saved(walk.nodes[key])
+        if attribute is not None:
+            return key, attribute
     return None, None
 
 
 def _intact_storages(node) -> set[int]:
     """The storages of the tensors `node` saved that still pass the version check."""
     intact = set()
-    for attribute in _saved_attributes(node):
+    for attribute in graph.saved_attributes(node):
         try:
             value = getattr(node, attribute)
         except Exception:
