@@ -93,9 +93,10 @@ def last() -> Finding | None:
         return _last[0] if _last else None
 
 
-def spans_before(key: tuple[str, str, str], spans: tuple[int, int]) -> tuple[int, int] | None:
-    """(top, iterations) of the tensor `key` names when last looked at (None the first time);
-    `spans` is remembered for the next look."""
+def spans_before(key: tuple[str, str, str], spans: tuple[int, ...]) -> tuple[int, ...] | None:
+    """What was remembered of the tensor `key` names when last looked at (None the first time):
+    its top and the iterations it spans, and what else the look keeps; `spans` is remembered for
+    the next look."""
     with _lock:
         before = _spans.get(key)
         if before is None and len(_spans) >= 4 * _MAX:

@@ -95,25 +95,36 @@ def _kept_graph(ctx: Context) -> Finding | None:
     A graph a backward already freed can never be back-propagated again; one no backward went
     through is only taken for a leak when it spans three, the value of each iteration made from
     the one before. Detaching it changes no gradient of this step, whose graph does not reach
-    it: the fix is safe."""
+    it: the fix is safe.
+
+    The second call of the site only looks, so that the third can compare. What it saw spans one
+    iteration at most, as any value then does, and a value spanning more at the third may only
+    have reached its usual span (toshikwa's): there, growth needs the new value to be made from
+    the one seen before (fairseq's meter, `self.sum = self.sum + val * n`, read by three calls)."""
     if ctx.call is None:
         return None
     site = (ctx.call.filename, ctx.call.row)
     marks = [c.mark for c in ctx.calls if (c.filename, c.row) == site]
-    if len(marks) < 2:
+    if not marks:
         return None
     graph.reset_budget(_KEPT_BUDGET)
     bindings = [b for b in ctx.bindings() if b.value.grad_fn is not None and id(b.value) not in ctx.call.root_ids]
     spans = _stale_spans([b.value.grad_fn for b in bindings], marks)
-    grown = []
+    grown, renewed = [], {}
     for i, binding in enumerate(bindings):
-        top, count = binding.value.grad_fn._sequence_nr(), bin(spans.get(id(binding.value.grad_fn), 0)).count("1")
+        grad_fn = binding.value.grad_fn
+        top, count = grad_fn._sequence_nr(), bin(spans.get(id(grad_fn), 0)).count("1")
         frame = ctx.frames[binding.frame_index]
         before = journal.spans_before((frame.f_code.co_filename, frame.f_code.co_name, binding.expression),
-                                      (top, count))
+                                      (top, count, len(marks)))
         # A new value, spanning more: the same value seen again only has its last span counted now.
-        if count >= 2 and before is not None and before[0] != top and count > before[1]:
+        if count >= 2 and before is not None and before[0] != top and count > before[1] \
+                and (before[2] >= 2 or _made_from(grad_fn, before[0])):
             grown.append((-count, i))
+        elif count >= 1 and before is not None and before[0] != top:
+            renewed[i] = before[0]
+    if len(marks) < 2:
+        return None
     current = None
     kept = []
     for count, i in sorted(grown):
@@ -129,8 +140,14 @@ def _kept_graph(ctx: Context) -> Finding | None:
         if id(grad_fn) in current.nodes:
             continue  # this backward goes through it
         kept.append((held(ctx, bindings[i]), count))
+    # Totals kept the same way, an iteration behind (ImVisible's `running_norm`, added up after
+    # the step, beside `running_loss`): each new value made from the one an earlier call saw, and
+    # outside this backward's graph. One leak, one fix: the fixed script must not warn about them next.
+    behind = [held(ctx, bindings[i]) for i, earlier in renewed.items()
+              if kept and id(bindings[i].value.grad_fn) not in current.nodes
+              and _made_from(bindings[i].value.grad_fn, earlier)]
     for k, (candidate, count) in enumerate(kept):
-        found = _kept_finding(ctx, candidate, count, [other for other, _ in kept[k + 1:]])
+        found = _kept_finding(ctx, candidate, count, [other for other, _ in kept[k + 1:]] + behind)
         if found is not None:
             return found
     return _kept_each_iteration(ctx, bindings, spans, marks, current)
@@ -228,6 +245,13 @@ def _also_for(first: Fix, edits: list, names: list[str], which: tuple[str, str])
     listed = ", ".join(f"`{n}`" for n in more[:-1]) + (" and " if len(more) > 1 else "") + f"`{more[-1]}`"
     return Fix(f"{first.message} (and the same for {listed}, which {which[len(more) > 1]} too)", tuple(edits),
                first.applicability)
+
+
+def _made_from(top, earlier: int) -> bool:
+    """Whether the graph under `top` holds the node numbered `earlier` (a value made from the
+    one whose graph that node topped). Within the budget."""
+    reached = graph.walk([top], expand=lambda seq: seq > earlier)
+    return earlier in reached.seq.values()
 
 
 def _stale_spans(tops, marks: list[int]) -> dict[int, int]:
