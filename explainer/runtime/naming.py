@@ -12,6 +12,9 @@ import torch
 
 MAX_DEPTH = 3
 MAX_ITEMS = 64
+# How many of the user's objects cost no depth in one search (`_free`): bounded, since such
+# objects may link without end (a linked list of nodes).
+MAX_FREE_OBJECTS = 256
 
 
 @dataclass
@@ -59,6 +62,7 @@ def bindings(frames) -> list[Binding]:
     found: list[Binding] = []
     seen: set[int] = set()
     visited_objects: set[int] = set()
+    free = [MAX_FREE_OBJECTS]
     by_frame: dict[int, list] = {}
     for index, name, value in variables(frames):
         if not _skippable(name, value):
@@ -66,7 +70,7 @@ def bindings(frames) -> list[Binding]:
     for index in sorted(by_frame):
         pending = collections.deque(by_frame[index])
         while pending:
-            _collect(found, seen, visited_objects, pending, *pending.popleft())
+            _collect(found, seen, visited_objects, free, pending, *pending.popleft())
     return found
 
 
@@ -87,8 +91,9 @@ def variables(frames):
                 yield index, name, value
 
 
-def _collect(found, seen, visited, pending, frame_index, base, steps, value, owner, depth) -> None:
-    """Bind `value` if it is a tensor, else queue what it holds, one level deeper."""
+def _collect(found, seen, visited, free, pending, frame_index, base, steps, value, owner, depth) -> None:
+    """Bind `value` if it is a tensor, else queue what it holds, one level deeper (the user's
+    objects and models it holds none, while `free` lasts)."""
     if isinstance(value, torch.Tensor):
         if id(value) not in seen:
             seen.add(id(value))
@@ -118,16 +123,27 @@ def _collect(found, seen, visited, pending, frame_index, base, steps, value, own
             half = MAX_ITEMS // 2
             indices = list(range(half)) + list(range(len(value) - half, len(value)))
         for i in indices:
-            queue(("item", i), value[i], owner)
+            queue(("item", i), value[i], owner, 1 - _free(value[i], visited, free))
     elif isinstance(value, dict):
         # islice, not list(): a 10^7-entry vocabulary would cost a second to copy
         for key, item in list(itertools.islice(value.items(), MAX_ITEMS)):
             if isinstance(key, (str, int)):
-                queue(("item", key), item, owner)
+                queue(("item", key), item, owner, 1 - _free(item, visited, free))
     elif is_user_object(value):
         for attr, item in list(vars(value).items()):
             if not attr.startswith("__"):
-                queue(("attr", attr), item, value)
+                queue(("attr", attr), item, value, 1 - _free(item, visited, free))
+
+
+def _free(item, visited: set[int], free: list[int]) -> bool:
+    """Whether `item` costs no depth: one of the user's objects (or a model), as a submodule
+    costs none. A reporter's summary of summaries (`log_report._summary._summaries['loss']._x`)
+    and a metric loss filed per model (`engine.ml_losses[0]['model'].center_loss`) lie as deep as
+    the user's classes nest. `free` counts down how many more may."""
+    if free[0] <= 0 or id(item) in visited or not (isinstance(item, torch.nn.Module) or is_user_object(item)):
+        return False
+    free[0] -= 1
+    return True
 
 
 def _module_members(module: torch.nn.Module):
@@ -171,7 +187,7 @@ def module_bindings(frames) -> list[tuple[str, torch.nn.Module, int]]:
     """(expression, module, frame_index) for every nn.Module bound in the frames, directly or
     through the user's objects and lists, shallow first (`self.VAE`, `models[1]`,
     `self.agents[0].target_actor`)."""
-    modules, seen, visited = [], set(), set()
+    modules, seen, visited, free = [], set(), set(), [MAX_FREE_OBJECTS]
     by_frame: dict[int, list] = {}
     for index, name, value in variables(frames):
         by_frame.setdefault(index, []).append((name, value, 0))
@@ -184,15 +200,20 @@ def module_bindings(frames) -> list[tuple[str, torch.nn.Module, int]]:
                     seen.add(id(value))
                     modules.append((expression, value, index))
                 continue
-            if depth >= MAX_DEPTH or id(value) in visited:
+            if depth >= MAX_DEPTH or id(value) in visited or _skippable(expression, value):
                 continue
             if isinstance(value, (list, tuple)) and len(value) <= MAX_ITEMS:
-                visited.add(id(value))
-                pending.extend((f"{expression}[{i}]", item, depth + 1) for i, item in enumerate(value))
-            elif not _skippable(expression, value) and is_user_object(value):
-                visited.add(id(value))
-                pending.extend((f"{expression}.{attr}", item, depth + 1)
-                               for attr, item in list(vars(value).items()) if not attr.startswith("_"))
+                held = [(f"{expression}[{i}]", item) for i, item in enumerate(value)]
+            elif isinstance(value, dict):
+                held = [(f"{expression}[{key!r}]", item) for key, item in itertools.islice(value.items(), MAX_ITEMS)
+                        if isinstance(key, (str, int))]
+            elif is_user_object(value):
+                held = [(f"{expression}.{attr}", item) for attr, item in list(vars(value).items())
+                        if not attr.startswith("_")]
+            else:
+                continue
+            visited.add(id(value))
+            pending.extend((name, item, depth + 1 - _free(item, visited, free)) for name, item in held)
     return modules
 
 
