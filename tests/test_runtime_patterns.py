@@ -581,6 +581,37 @@ PATTERNS = {
 
         Block()(torch.randn(4, 8)).sum().backward()
     """),
+    # neural_clbf (MIT-REALM/neural_clbf#11): the same ReLU and in-place product in two loops of
+    # one method; the backward reaches the second loop's first, so that is the one named.
+    "the same in-place product after a ReLU in two loops of one method": ("inplace-modified", "violation", """
+        import torch
+        import torch.nn.functional as F
+
+        class Controller(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.V = torch.nn.Linear(3, 1)
+
+            def descent_loss(self, x, active):
+                total = 0.0
+                for scale in [1.0]:
+                    violation = F.relu(self.V(x) * scale)
+                    violation *= active
+                    total = total + violation.mean()
+                for scale in [2.0]:
+                    violation = F.relu(self.V(x + 0.1) * scale)  # culprit
+                    violation *= active
+                    total = total + violation.mean()
+                return total
+
+        model = Controller()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(2):
+            opt.zero_grad()
+            loss = model.descent_loss(torch.randn(8, 3), torch.tensor(1.0))
+            loss.backward()
+            opt.step()
+    """),
     # tanh saved its result where it made `out`: that forward comes first, as the samples mark it
     "a residual added in place in a model's forward": ("inplace-modified", "out", """
         import torch
@@ -2064,6 +2095,9 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     ("values with history copied into torch.tensor([...]) two calls down", "unsafe",
      "down = torch.stack([torch.as_tensor(amplitude, dtype=torch.float32), torch.as_tensor(0, dtype=torch.float32)])",
      ""),
+    # Both loops' products written out of place: the next backward would fail on the other one.
+    ("the same in-place product after a ReLU in two loops of one method", "safe",
+     "violation = violation * active\n            total = total + violation.mean()\n        for", "violation *="),
     # The actor's whole `if` moves before the Q update, as pg-is-all-you-need's maintainer moved it.
     ("a delayed policy update after the value updates, its loss built before them", "safe",
      "        actor_loss = torch.zeros(1)\n    qf_opt.zero_grad()", ""),
@@ -2090,6 +2124,68 @@ KEPT_TOTAL = """
         opt.step()
         running_loss += loss  # culprit
     print(f"{running_loss.item():.3f}")
+"""
+
+# fairseq's meters (facebookresearch/fairseq#2255): each logged loss added to a meter kept in a
+# module-level registry, `self.sum = self.sum + val`; three backward calls, so the third is the
+# first that can compare with what an earlier one saw.
+KEPT_METER = """
+    import torch
+
+    class Meter:
+        def __init__(self):
+            self.sum = 0
+
+        def update(self, val):
+            self.sum = self.sum + val  # culprit
+
+    meters = {"train": {"loss": Meter()}}
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        meters["train"]["loss"].update(loss)
+    print(f"{meters['train']['loss'].sum.item():.3f}")
+"""
+
+# pytorch-pfn-extras' reporter (pfnet/pytorch-pfn-extras#49): the loss added to a summary held by
+# a summary of summaries held by the log extension, one object inside another.
+KEPT_SUMMARY = """
+    import collections
+    import torch
+
+    class Summary:
+        def __init__(self):
+            self._x = 0.0
+
+        def add(self, value):
+            self._x += value  # culprit
+
+    class DictSummary:
+        def __init__(self):
+            self._summaries = collections.defaultdict(Summary)
+
+        def add(self, observation):
+            for key, value in observation.items():
+                self._summaries[key].add(value)
+
+    class LogReport:
+        def __init__(self):
+            self._summary = DictSummary()
+
+    log_report = LogReport()
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        log_report._summary.add({"loss": loss})
+    print(f"{log_report._summary._summaries['loss']._x.item():.3f}")
 """
 
 KEPT_MEMORY = """
@@ -2150,6 +2246,8 @@ KEPT_MEMORY = """
         "loss.backward()", "output = {'loss': loss, 'size': 8}\n        output['loss'].backward()").replace(
         "running_loss.item()", "sum(o['loss'] for o in outputs).item()"),
      "run-kept-each", "outputs", "outputs.append({**output, 'loss': output['loss'].detach()})"),
+    (KEPT_METER, "run-kept-total", "self.sum", "self.sum = self.sum + val.detach()"),
+    (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
 ])
 def test_a_graph_kept_aside_and_growing_is_named_where_it_is_kept(code, variant, culprit_name, fixed, explain_run,
                                                                   tmp_path):

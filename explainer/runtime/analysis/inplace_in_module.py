@@ -63,6 +63,17 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     copies = [(other_source, other) for other_source, other, _, _ in writes
               if other is not stmt and isinstance(other, ast.AugAssign) and isinstance(stmt, ast.AugAssign)
               and other_source.segment(other) == source.segment(stmt) and src.parent(other) is not src.parent(stmt)]
+    # The copies are blocks of one function run one after the other (neural_clbf's linearized
+    # and simulated descent loops, each `violation *= condition_active` after its `F.relu`): the
+    # backward fails on the write that ran last, the first it reaches.
+    scope = src.enclosing_function(stmt)
+    if copies and scope is not None and all(other_source is source and src.enclosing_function(other) is scope
+                                            for other_source, other in copies):
+        group = sorted([stmt, *(other for _, other in copies)], key=lambda s: s.lineno)
+        index = _which_copy(walk, failing_key, len(group))
+        if index is not None:
+            stmt = node = group[index]
+            copies = [(source, other) for other in group if other is not stmt]
     return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved, copies)
 
 
@@ -150,6 +161,21 @@ def _which_write(walk, failing_key: int, count: int) -> int | None:
     while type(by_seq.get(last + 1)) is kind:
         last += 1
     return seq - first if last - first + 1 == count else None
+
+
+def _which_copy(walk, failing_key: int, count: int) -> int | None:
+    """Which of `count` copies of one in-place write, run one after another, changed the saved
+    tensor: each wrote into what a node of the failing node's type saved, so the nodes of the
+    writer's type that consume such a node, their saved tensor changed, are the copies' nodes
+    in the order they ran. None unless there are exactly `count` of them."""
+    writer = next((walk.nodes[key] for key in walk.consumers.get(failing_key, ())), None)
+    if writer is None:
+        return None
+    saver = type(walk.nodes[failing_key])
+    ran = sorted((walk.seq[key], key) for key, node in walk.nodes.items() if type(node) is type(writer)
+                 and any(type(child) is saver and graph.changed_saved(child) is not None for child in _inputs(node)))
+    keys = [key for _, key in ran]
+    return keys.index(id(writer)) if len(keys) == count and id(writer) in keys else None
 
 
 def _made_by(scope: ast.AST, write: ast.AugAssign) -> ast.stmt | None:
