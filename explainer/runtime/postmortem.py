@@ -32,7 +32,7 @@ def explain(error: BaseException) -> Finding | None:
         filename, row = innermost.f_code.co_filename, innermost.f_lineno
         roots = _roots_from_torch(error.__traceback__) or _roots_from_source(innermost, filename, row)
         calls, steps = _earlier_calls(frames, roots)
-        calls = calls or _earlier_in_its_loop(innermost, roots)
+        calls = calls or _earlier_in_its_loop(innermost, roots) or _earlier_in_its_comprehension(frames, roots)
         call = BackwardCall(len(calls) + len(steps) + 1, 0, tuple(id(r) for r in roots), filename, row, False,
                             False, "backward")
         finding = None
@@ -199,6 +199,37 @@ def _earlier_in_its_loop(frame, roots) -> tuple[BackwardCall, ...]:
             # every loss in the sequence was made before the loop's first backward
             mark = max(v.grad_fn._sequence_nr() for v in held if isinstance(v, torch.Tensor) and v.grad_fn) + 1
             return (_recorded_call(call, [before], mark, 1, source.filename),)
+    return ()
+
+
+def _earlier_in_its_comprehension(frames, roots) -> tuple[BackwardCall, ...]:
+    """The failing call one item earlier, in `[torch.autograd.grad(selected, x) for x in X]`
+    (shap's DeepExplainer, one gradient per input): its roots read nothing the comprehension
+    binds, so each item's call went through the same graph, and the item now is not the first.
+    The earlier call ran after the roots were made."""
+    source, _, failing = _frame_statement(frames[0])
+    if failing is None or not roots:
+        return ()
+    for comprehension in (n for n in ast.walk(failing) if isinstance(n, (ast.ListComp, ast.GeneratorExp))):
+        generators = comprehension.generators
+        if len(generators) != 1 or not isinstance(generators[0].target, ast.Name):
+            continue
+        target = generators[0].target.id
+        call = next(iter(src.calls_named(comprehension.elt, "backward", "grad")), None)
+        if call is None or not isinstance(call.func, ast.Attribute):
+            continue
+        differentiated = call.args[0] if call.func.attr == "grad" and call.args else call.func.value
+        if src.reads(differentiated, target):
+            continue
+        # The comprehension's own frame (before Python 3.12) binds the item; its iterable is
+        # the enclosing function's.
+        item = next((f.f_locals[target] for f in frames[:2] if target in f.f_locals), None)
+        sequence = next((held for f in frames[:2] for held in [_lookup(generators[0].iter, f)]
+                         if isinstance(held, (list, tuple))), None)
+        if item is None or sequence is None or not any(value is item for value in sequence[1:]):
+            continue
+        mark = max((r.grad_fn._sequence_nr() for r in roots if r.grad_fn is not None), default=0) + 1
+        return (_recorded_call(call, roots, mark, 1, source.filename),)
     return ()
 
 
