@@ -36,6 +36,11 @@ NOT_YET: dict[str, str] = {
                                                "`model.wd` where WavLMLoss.generator calls it (114); fixes[0] "
                                                "recomputes after the discriminator's step, the twin updates the "
                                                "generator first",
+    "real/deep_object_reid_center_loss_step_before_total_backward": "the centers are named, but where the "
+                                                                     "metric loss kept its graph (83), not at "
+                                                                     "its call (192), and no fix: the twin moves "
+                                                                     "`center_optimizer.step()` after the caller's "
+                                                                     "`total_loss.backward()`, across methods",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "
