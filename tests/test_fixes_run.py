@@ -104,6 +104,13 @@ def test_the_graph_tells_freed_history_from_history_that_is_only_older():
     # An addition saves no tensor: nothing to tell by, so the walk asks what is below it.
     assert graph.freed((weight + 1).grad_fn) is None
     assert graph.freed_below([(freed + 1).grad_fn]) is True
+    # A weight stepped since the graph saved it fails the version check, but the graph is whole.
+    matrix = torch.randn(3, 3, requires_grad=True)
+    product = weight.unsqueeze(0) @ matrix
+    with torch.no_grad():
+        matrix += 1
+    assert graph.freed(product.grad_fn) is False and graph.holds_freed([product.grad_fn]) is False
+    assert graph.changed_saved(product.grad_fn) is not None
 
 
 RECOMPUTED = textwrap.dedent("""\

@@ -2622,3 +2622,47 @@ def test_a_forward_run_again_is_safe_only_where_it_draws_nothing(helper, applica
     fix = rerun_forward.call_again(source, forward, update.body[1], "self.second()")
     assert fix.applicability == applicability
     assert apply_edits(source.text, fix.edits).count("self.forward()\n        self.second()") == 1
+
+
+def test_a_stepped_weight_reached_through_plain_objects_in_a_list_of_dicts_is_named_by_that_path(explain_run,
+                                                                                                  tmp_path):
+    """deep-object-reid (openvinotoolkit/deep-object-reid#12): the metric loss's own optimizer
+    steps inside a helper that has returned, and the engine files the metric loss, a plain
+    object, in a list of dicts: the weight is named by that path, not as "a [3, 3] tensor"."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+
+        class MetricLosses:
+            def __init__(self):
+                self.center_loss = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh(), torch.nn.Linear(3, 3))
+                self.opt = torch.optim.SGD(self.center_loss.parameters(), lr=0.1)
+
+            def __call__(self, x):
+                self.last = self.center_loss(x).pow(2).mean()
+                return self.last
+
+            def end_iteration(self):
+                self.opt.zero_grad()
+                self.last.backward(retain_graph=True)
+                self.opt.step()
+
+        class Engine:
+            def __init__(self):
+                self.ml_losses = [{"model": MetricLosses()}]
+
+            def losses(self, x):
+                module = self.ml_losses[0]["model"]
+                loss = module(x)
+                module.end_iteration()
+                return loss * 2
+
+            def forward_backward(self, x):
+                total = self.losses(x)
+                total.backward()
+
+        Engine().forward_backward(torch.randn(4, 3))
+    """).lstrip())
+    (finding,) = explain_run(script).findings
+    assert (finding["code"], finding["culprits"][0]["name"]) == \
+        ("BX007", "self.ml_losses[0]['model'].center_loss[2].weight")
