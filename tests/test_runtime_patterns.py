@@ -612,6 +612,28 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # Glow's coupling (chaiyujin/glow-pytorch#6): the same tensor written in place in both
+    # branches of an `if`; the graph does not say which ran, so each is written out of place.
+    "an in-place update in each branch of an if in a model's forward": ("inplace-modified", "h", """
+        import torch
+
+        class Coupling(torch.nn.Module):
+            def __init__(self, mode):
+                super().__init__()
+                self.mode = mode
+                self.f = torch.nn.Linear(4, 4)
+
+            def forward(self, x):
+                h = torch.tanh(self.f(x))  # culprit
+                if self.mode == "additive":
+                    h += x
+                elif self.mode == "affine":
+                    h += 1.0
+                    h *= 2.0
+                return h
+
+        Coupling("affine")(torch.randn(3, 4)).sum().backward()
+    """),
     # tanh saved its result where it made `out`: that forward comes first, as the samples mark it
     "a residual added in place in a model's forward": ("inplace-modified", "out", """
         import torch

@@ -178,6 +178,29 @@ def _which_copy(walk, failing_key: int, count: int) -> int | None:
     return keys.index(id(writer)) if len(keys) == count and id(writer) in keys else None
 
 
+def _in_other_branches(write: ast.stmt, name: str) -> list[ast.stmt]:
+    """The statements that write into `name` in place (`name += ...`, `name *= ...`) in the other
+    branches of the innermost `if` whose branch holds `write`, in source order."""
+    child, parent = write, src.parent(write)
+    while parent is not None and not isinstance(parent, ast.If):
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return []
+        child, parent = parent, src.parent(parent)
+    if parent is None:
+        return []
+    # An `elif` is an `if` alone in its parent's `orelse`: its branches are the chain's too.
+    chain = parent
+    while isinstance(src.parent(chain), ast.If) and src.parent(chain).orelse == [chain]:
+        chain = src.parent(chain)
+    own = next(branch for branch in (parent.body, parent.orelse) if child in branch)
+    found = []
+    for node in ast.walk(chain):
+        if isinstance(node, ast.AugAssign) and src.canonical(node.target) == src.canonical(name) and node is not write \
+                and not any(node is n for statement in own for n in ast.walk(statement)):
+            found.append(node)
+    return sorted(found, key=lambda n: n.lineno)
+
+
 def _made_by(scope: ast.AST, write: ast.AugAssign) -> ast.stmt | None:
     """The statement that made the tensor `write` changes, where the name written reached it only
     through a plain alias (`c5_ffm = c5` after `c2, c3, c4, c5 = fpem(c2, c3, c4, c5)`): where the
@@ -366,6 +389,16 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
             fix = Fix(f"{fix.message} (and the same at line {rows}: the same write in another block of the model, "
                       f"which the next backward would fail on)", fix.edits + tuple(e for f in same for e in f.edits),
                       fix.applicability)
+        branches = _in_other_branches(stmt, name)
+        elsewhere = [out_of_place.out_of_place(source, other, name) for other in branches]
+        if fix is not None and elsewhere and all(elsewhere):
+            # Glow's coupling (chaiyujin/glow-pytorch#6): `z2 += self.f(z1)` when additive,
+            # `z2 += shift` and `z2 *= scale` when affine. The graph says only which operation
+            # wrote, not which branch ran: each branch's write goes out of place.
+            rows = ", ".join(str(other.lineno) for other in branches)
+            fix = Fix(f"{fix.message} (and the same at line{'s' if len(branches) > 1 else ''} {rows}: the other "
+                      f"branches of the `if` write `{name}` in place too, and which of them ran the graph does not "
+                      f"say)", fix.edits + tuple(e for f in elsewhere for e in f.edits), fix.applicability)
         variant = "run-in-forward-write"
     culprits = [culprit_at(name, source, node_start(source, node))]
     # An operation that saved its input read it where it was passed to a call: that statement
