@@ -36,6 +36,10 @@ MISSES = {
                                          "is the label (tests/test_samples.py NOT_YET)",
     "real/spd_pgd_final_fwd_bwd": "the `autograd.grad` that freed the graph ran in a helper three calls down "
                                   "from a statement of this pass, behind a `functools.partial`",
+    "real/atomistic_attacks_forces_grad_frees_energy_graph": "the `autograd.grad` that freed the graph ran "
+                                                             "inside the model's forward, which has returned: "
+                                                             "names `results[0]['energy']` (109), where the loss "
+                                                             "read it",
     "libraries/hf_trainer_compute_loss": "the loop is the Trainer's: no user frame holds this pass's tensors",
     "real/ark_nlp_pgd_stale_outputs": "names `loss` (103), back-propagated by the statement before the attack "
                                       "loop: with no record of that backward, nothing says it freed `outputs`",
@@ -48,7 +52,9 @@ MISSES = {
 # Where the hooked run does not name the label either, and post-mortem says what it says.
 HOOKED_WRONG = {
     "real/deep_object_reid_center_loss_step_before_total_backward",
+    "real/glow_affine_coupling_inplace_z2",
     "real/keras_stateful_lstm_state_assign",
+    "real/pinnstorch_validation_under_inference_mode",
     "real/styletts2_slm_disc_step_before_gen",
 }
 
