@@ -389,7 +389,8 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
             fix = Fix(f"{fix.message} (and the same at line {rows}: the same write in another block of the model, "
                       f"which the next backward would fail on)", fix.edits + tuple(e for f in same for e in f.edits),
                       fix.applicability)
-        branches = _in_other_branches(stmt, name)
+        covered = {id(other) for other in siblings} | {id(other) for _, other in copies}
+        branches = [other for other in _in_other_branches(stmt, name) if id(other) not in covered]
         elsewhere = [out_of_place.out_of_place(source, other, name) for other in branches]
         if fix is not None and elsewhere and all(elsewhere):
             # Glow's coupling (chaiyujin/glow-pytorch#6): `z2 += self.f(z1)` when additive,
