@@ -173,25 +173,6 @@ def input_leaves(node):
                 frontier.append(child)
 
 
-def freed(node) -> bool | None:
-    """Whether a backward already freed what `node` saved for its own backward: True, False, or
-    None when it saved nothing it can be asked about (an addition, a leaf)."""
-    saved_tensor = False
-    for name in dir(node):
-        if not name.startswith("_saved_"):
-            continue
-        try:
-            value = getattr(node, name)
-        except RuntimeError as error:
-            if "freed" in str(error):  # "... saved tensors after they have already been freed"
-                return True
-            saved_tensor = True  # changed in place since (a weight stepped): saved, and still held
-            continue
-        saved_tensor = saved_tensor or isinstance(value, torch.Tensor) or (
-            isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value))
-    return False if saved_tensor else None
-
-
 _SAVED_BY_TYPE: dict[type, tuple[str, ...]] = {}
 
 
@@ -203,6 +184,23 @@ def saved_attributes(node) -> tuple[str, ...]:
         names = tuple(a for a in dir(node) if a.startswith("_saved_"))
         _SAVED_BY_TYPE[kind] = names
     return names
+
+
+def freed(node) -> bool | None:
+    """Whether a backward already freed what `node` saved for its own backward: True, False, or
+    None when it saved nothing it can be asked about (an addition, a leaf)."""
+    saved_tensor = False
+    for name in saved_attributes(node):
+        try:
+            value = getattr(node, name)
+        except RuntimeError as error:
+            if "freed" in str(error):  # "... saved tensors after they have already been freed"
+                return True
+            saved_tensor = True  # changed in place since (a weight stepped): saved, and still held
+            continue
+        saved_tensor = saved_tensor or isinstance(value, torch.Tensor) or (
+            isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value))
+    return False if saved_tensor else None
 
 
 def changed_saved(node) -> str | None:

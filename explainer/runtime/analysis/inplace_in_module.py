@@ -145,13 +145,18 @@ def _inputs(node) -> list:
     return [child for child, _ in getattr(node, "next_functions", ()) if child is not None]
 
 
+def _writer(walk, failing_key: int):
+    """The node that consumes the failing one: the in-place write recorded over what it saved."""
+    return next((walk.nodes[key] for key in walk.consumers.get(failing_key, ())), None)
+
+
 def _which_write(walk, failing_key: int, count: int) -> int | None:
     """Which of `count` in-place writes, side by side in the source, changed the saved tensor.
     Run one after another, they record their nodes with consecutive sequence numbers: the
     position of the one that consumes the failing node in that run of nodes of its type is its
     position in the source. None unless the run is exactly `count` long."""
     by_seq = {seq: walk.nodes[key] for key, seq in walk.seq.items()}
-    writer = next((walk.nodes[key] for key in walk.consumers.get(failing_key, ())), None)
+    writer = _writer(walk, failing_key)
     if writer is None:
         return None
     seq, kind = walk.seq[id(writer)], type(writer)
@@ -168,7 +173,7 @@ def _which_copy(walk, failing_key: int, count: int) -> int | None:
     tensor: each wrote into what a node of the failing node's type saved, so the nodes of the
     writer's type that consume such a node, their saved tensor changed, are the copies' nodes
     in the order they ran. None unless there are exactly `count` of them."""
-    writer = next((walk.nodes[key] for key in walk.consumers.get(failing_key, ())), None)
+    writer = _writer(walk, failing_key)
     if writer is None:
         return None
     saver = type(walk.nodes[failing_key])
@@ -193,11 +198,10 @@ def _in_other_branches(write: ast.stmt, name: str) -> list[ast.stmt]:
     while isinstance(src.parent(chain), ast.If) and src.parent(chain).orelse == [chain]:
         chain = src.parent(chain)
     own = next(branch for branch in (parent.body, parent.orelse) if child in branch)
-    found = []
-    for node in ast.walk(chain):
-        if isinstance(node, ast.AugAssign) and src.canonical(node.target) == src.canonical(name) and node is not write \
-                and not any(node is n for statement in own for n in ast.walk(statement)):
-            found.append(node)
+    in_own = {id(n) for statement in own for n in ast.walk(statement)}
+    target = src.canonical(name)
+    found = [node for node in ast.walk(chain) if isinstance(node, ast.AugAssign) and id(node) not in in_own
+             and src.canonical(node.target) == target]
     return sorted(found, key=lambda n: n.lineno)
 
 
