@@ -155,6 +155,30 @@ MINIMAX = """
 """
 
 # name: (kind, culprit, script)
+INFERENCE_EVAL = """
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+    def residual(t):
+        t = t.clone().requires_grad_(True)
+        u = net(t)  # culprit
+        du = torch.autograd.grad(u.sum(), t, create_graph=True)[0]
+        return du - u
+
+    def evaluate(t):
+        with torch.enable_grad():
+            return residual(t).pow(2).mean().item()
+
+    for _ in range(2):
+        opt.zero_grad()
+        residual(torch.rand(8, 1)).pow(2).mean().backward()
+        opt.step()
+        with torch.inference_mode():
+            evaluate(torch.rand(8, 1))
+"""
+
 PATTERNS = {
     "a step between two backward calls, the same optimizer stepping after the second": (
         "inplace-modified", "model[2].weight", MINIMAX),
@@ -1314,6 +1338,13 @@ PATTERNS = {
             with torch.no_grad():
                 step(torch.randn(8, 4), torch.randint(0, 2, (8,)))
     """),
+    # pinns-torch's validation: the caller evaluates under `torch.inference_mode()`, and the
+    # evaluation differentiates the network's output under `torch.enable_grad()`, which does not
+    # leave inference mode. The caller evaluates under `torch.no_grad()` instead.
+    "an evaluation that differentiates its output under a caller's inference mode": ("no-grad", "u", INFERENCE_EVAL),
+    # The same evaluation without `torch.enable_grad()`: under `torch.no_grad()` the call needs it too.
+    "an evaluation that differentiates its output under a caller's inference mode, grad not turned on": (
+        "no-grad", "u", INFERENCE_EVAL.replace("        with torch.enable_grad():\n            return", "        return")),
     # A block ending in a ReLU made `h`, which the ReLU saved, and the forward adds to it in place
     # (CDC's ResnetBlock): the statement that made it is named first.
     "a block's ReLU output written into in place": ("inplace-modified", "h", """
@@ -2120,6 +2151,11 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     # Both loops' products written out of place: the next backward would fail on the other one.
     ("the same in-place product after a ReLU in two loops of one method", "safe",
      "violation = violation * active\n            total = total + violation.mean()\n        for", "violation *="),
+    # The caller's block evaluates under `torch.no_grad()`, which the evaluation's `enable_grad()` leaves.
+    ("an evaluation that differentiates its output under a caller's inference mode", "safe",
+     "    with torch.no_grad():\n        evaluate(", "inference_mode"),
+    ("an evaluation that differentiates its output under a caller's inference mode, grad not turned on", "safe",
+     "    with torch.no_grad():\n        with torch.enable_grad():\n            evaluate(", "inference_mode"),
     # The actor's whole `if` moves before the Q update, as pg-is-all-you-need's maintainer moved it.
     ("a delayed policy update after the value updates, its loss built before them", "safe",
      "        actor_loss = torch.zeros(1)\n    qf_opt.zero_grad()", ""),

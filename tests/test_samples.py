@@ -47,9 +47,6 @@ NOT_YET: dict[str, str] = {
     "real/lyapunov_line_search_losses_keep_graph": "no growth found: each loss is kept by index in a list made "
                                                    "in advance (`losses[iter_count], ... = optimizer.step(...)`), "
                                                    "not appended",
-    "real/pinnstorch_validation_under_inference_mode": "not explained: the forward ran under "
-                                                       "`torch.inference_mode()`, which the `set_grad_enabled(True)` "
-                                                       "inside it cannot undo",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "

@@ -71,6 +71,13 @@ loss.backward()""",
             "is recorded for the backward (line {backward.row}).",
             "`{carrier}` was computed with autograd off, under {grad_off}.",
             ("computed with autograd off",)),
+        "run-inference-mode": Message(
+            "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: `{caller}` "
+            "(line {caller_row}) runs under {grad_off}, and `{enable}` (line {enable_row}) inside it turns autograd "
+            "on but does not leave inference mode, so every tensor made there is an inference tensor, without a "
+            "graph for the backward (line {backward.row}).",
+            "`{carrier}` was made in inference mode, which `{enable}` does not leave.",
+            ("made in inference mode",)),
         "run-switched-off": Message(
             "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: "
             "`{switch}` ({switched_at}) turned autograd off for everything that runs after it, not just for "

@@ -6,6 +6,7 @@ import ast
 from ..model import Edit, Fix
 from ..reading.source import Source, assignments, canonical, enclosing_function, parent
 from .edits import delete_lines, imports_torch, insert_lines_before, node_end, replace, statement_text
+from .graph_options import insert_keyword
 from .recompute_forward import last_step_before, zero_grad_again
 
 
@@ -142,6 +143,33 @@ def enable_grad_around(source: Source, stmt: ast.stmt) -> Fix:
     body = ("\n" + indent + "    ").join(statement_text(source, stmt))
     return Fix(f"Run `{source.segment(stmt)}` under `torch.enable_grad()`: it computes the loss, and "
                f"autograd is off around it", (replace(source, stmt, f"with torch.enable_grad():\n{indent}    {body}"),))
+
+
+def evaluate_without_inference_mode(source: Source, call: ast.Call, keyword: str, name: str, on: str,
+                                    forward: tuple[Source, ast.stmt] | None, applicability: str) -> Fix:
+    """Build the object whose evaluation runs under `torch.inference_mode()` with `keyword=False`
+    (Lightning's `Trainer(inference_mode=False)`, the fix pinns-torch's thread settled on): it
+    then evaluates under `torch.no_grad()`, which `on` (`torch.enable_grad()`) inside turns back
+    on. `forward`: the statement to run under `torch.enable_grad()` too, where nothing inside
+    turns autograd back on."""
+    given = next((k for k in call.keywords if k.arg == keyword), None)
+    edits = [replace(source, given.value, "False") if given is not None else insert_keyword(source, call, f"{keyword}=False")]
+    if forward is not None:
+        edits.append(enable_grad_around(*forward).edits[0])
+    return Fix(f"Build `{name}` with `{keyword}=False`: it then evaluates under `torch.no_grad()`, which "
+               f"`{on}` turns back on, instead of `torch.inference_mode()`, which nothing inside it can leave",
+               tuple(edits), applicability)
+
+
+def no_grad_for_inference_mode(source: Source, call: ast.Call, on: str, forward: tuple[Source, ast.stmt] | None) -> Fix:
+    """`torch.inference_mode()` -> `torch.no_grad()` where the evaluation that needs a graph
+    enters it; `forward` as for `evaluate_without_inference_mode`."""
+    edits = [replace(source, call, source.segment(call.func).rsplit(".", 1)[0] + ".no_grad()"
+                     if isinstance(call.func, ast.Attribute) else "torch.no_grad()")]
+    if forward is not None:
+        edits.append(enable_grad_around(*forward).edits[0])
+    return Fix(f"Evaluate under `torch.no_grad()` instead of `torch.inference_mode()`: `{on}` turns autograd back "
+               f"on under the first, and nothing inside the second can leave it", tuple(edits))
 
 
 def leave_no_grad(source: Source, with_stmt: ast.With) -> Fix | None:

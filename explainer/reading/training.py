@@ -201,6 +201,49 @@ def sets_requires_grad(stmt: ast.stmt) -> tuple[str, bool] | None:
     return None
 
 
+def enters_inference_mode(expression: ast.expr, scope: ast.AST) -> ast.Call | None:
+    """The `torch.inference_mode()` call a `with` item enters: written there, or returned by a
+    function of this file that the item calls (pinns-torch's trainer: `with
+    self._evaluation_context():`, which returns `torch.inference_mode() if self.inference_mode
+    else torch.no_grad()`). `inference_mode(False)` enters nothing."""
+    found = _inference_mode_call(expression)
+    if found is not None or not isinstance(expression, ast.Call):
+        return found
+    helper = helper_called(expression, scope)
+    returns = [n.value for n in ast.walk(helper) if isinstance(n, ast.Return) and n.value is not None
+               and src.enclosing_function(n) is helper] if helper is not None else []
+    return next((call for value in returns if (call := _inference_mode_call(value)) is not None), None)
+
+
+def _inference_mode_call(expression: ast.AST) -> ast.Call | None:
+    for node in ast.walk(expression):
+        if isinstance(node, ast.Call) and src.canonical(node.func).split(".")[-1] == "inference_mode":
+            mode = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            if not (isinstance(mode, ast.Constant) and mode.value is False):
+                return node
+    return None
+
+
+def turns_grad_on(expression: ast.expr) -> bool:
+    """`torch.enable_grad()` or `torch.set_grad_enabled(True)`, as a `with` item."""
+    if not isinstance(expression, ast.Call):
+        return False
+    name = src.canonical(expression.func).split(".")[-1]
+    mode = expression.args[0] if expression.args else next((k.value for k in expression.keywords if k.arg == "mode"), None)
+    return name == "enable_grad" or name == "set_grad_enabled" and isinstance(mode, ast.Constant) and mode.value is True
+
+
+def with_blocks(node: ast.AST) -> list[ast.With | ast.AsyncWith]:
+    """The `with` blocks around `node` inside its own function, innermost first."""
+    blocks = []
+    for ancestor in src.ancestors(node):
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            break
+        if isinstance(ancestor, (ast.With, ast.AsyncWith)):
+            blocks.append(ancestor)
+    return blocks
+
+
 def no_grad_block(node: ast.AST) -> ast.With | ast.AsyncWith | None:
     """The `with torch.no_grad():` around `node`, inside its own function."""
     for ancestor in src.ancestors(node):

@@ -14,16 +14,20 @@ from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
 from ...reading.training import (
     called_without_graph,
+    enters_inference_mode,
+    helper_called,
     no_grad_block,
     no_grad_decorator,
     sets_requires_grad,
     switches_grad_off,
+    turns_grad_on,
     unmoved,
+    with_blocks,
 )
 from .. import naming
 from .context import Context
 from .evidence import culprit_at, finding
-from .made_from import Scope, callee_of, made_from, passed_in, returns, runtime_value
+from .made_from import Scope, callee_of, live_scope, made_from, passed_in, returns, runtime_value
 
 
 def explain_no_grad(ctx: Context) -> Finding | None:
@@ -36,11 +40,20 @@ def explain_no_grad(ctx: Context) -> Finding | None:
         receiver = _argument(call, 0, ("outputs", "tensors"))
     if receiver is None:
         return None
-    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename), None)
-    values = dict(frame.f_globals) if frame is not None else {}
-    if frame is not None:
-        values.update(frame.f_locals)
-    start = Scope(source, scope, values.get("self"), values)
+    index = next((i for i, f in enumerate(ctx.frames) if f.f_code.co_filename == source.filename), None)
+    frame = ctx.frames[index] if index is not None else None
+    values = {**frame.f_globals, **frame.f_locals} if frame is not None else {}
+    found = _explain_from(ctx, source, Scope(source, scope, values.get("self"), values), receiver, call)
+    if found is None and index is not None:
+        # The loss is a parameter of the failing function (pinns-torch's `gradient(dy, dx)`,
+        # given `outputs["psi"]`): followed to what the callers passed.
+        live = live_scope(ctx, index)
+        if live is not None and live.node is scope:
+            found = _explain_from(ctx, source, live, receiver, call)
+    return found
+
+
+def _explain_from(ctx: Context, source, start: Scope, receiver: ast.expr, call: ast.Call | None) -> Finding | None:
     # `out.pow(2).mean().backward()`: the names the loss is computed from, in the one statement.
     simple = isinstance(receiver, (ast.Name, ast.Attribute, ast.Subscript))
     made = [m for expression in ([src.canonical(receiver)] if simple else sorted(src.names_read(receiver) - {"self"}))
@@ -63,7 +76,8 @@ def explain_no_grad(ctx: Context) -> Finding | None:
                            if isinstance(call, ast.Call) and _trains(runtime_value(where, call.func))), None)
             if module is not None:
                 trained = (where, assignment, module)
-    found = (_grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) if trained is not None else None
+    found = (_in_inference_mode(ctx, *trained) or _grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) \
+        if trained is not None else None
     return found or _kept_without_grad(ctx, source, made) \
         or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
         or _cut_in_helper(ctx, source, receiver, made) or _rewrapped_in_callee(ctx, made) \
@@ -414,6 +428,151 @@ def _cut_block(ctx: Context, where: Scope, assignment, block, made) -> Finding:
     evidence = Evidence(name, _site(source, first.stmt), ctx.backward_site(), advice="no-graph",
                         facts=(("cut", "`torch.no_grad()`"),))
     return finding("BX009", "run-cut", "no-grad", evidence, [_assigned(source, first)], [fix])
+
+
+# Lightning's trainer runs `validate`, `test` and `predict` under `torch.inference_mode()` unless
+# it is built with `inference_mode=False`.
+_LIGHTNING = ("lightning", "pytorch_lightning")
+_EVALUATES = ("validate", "test", "predict", "fit")
+
+
+def _in_inference_mode(ctx: Context, where: Scope, assignment, module: ast.expr) -> Finding | None:
+    """pinns-torch's validation differentiates the network's output under `with
+    torch.set_grad_enabled(True):`, inside the trainer's `torch.inference_mode()`: autograd is on,
+    yet every tensor made there is an inference tensor, without a graph. The block that entered
+    inference mode is found in the user's frames (written there, or returned by a method of
+    theirs the `with` calls), or Lightning's trainer entered it, run by a user's `trainer.test(...)`.
+    The fix builds the trainer with its flag off where one chooses the mode, else evaluates
+    under `torch.no_grad()`; where nothing inside turns autograd on, the forward runs under
+    `torch.enable_grad()` too."""
+    if not any(isinstance(root, torch.Tensor) and root.is_inference() for root in ctx.roots):
+        return None
+    enable = None
+    for frame in ctx.frames:
+        source, scope = ctx.frame_source(frame)
+        stmt = src.innermost_statement(scope, frame.f_lineno) if scope is not None else None
+        if stmt is None:
+            continue
+        for block in with_blocks(stmt):
+            for item in block.items:
+                call = enters_inference_mode(item.context_expr, scope)
+                if call is not None:
+                    entered = (source, stmt, item.context_expr)
+                    flag = _inference_flag(ctx, frame, scope, item.context_expr, call)
+                    return _inference_finding(ctx, where, assignment, module, entered, enable, flag, call,
+                                              (source, stmt))
+                if enable is None and turns_grad_on(item.context_expr):
+                    enable = (source, item.context_expr)
+        trainer = _lightning_trainer(ctx, frame, scope, stmt)
+        if trainer is not None:
+            source, constructor, name = trainer
+            # Lightning enters inference mode inside the call: without a `torch.enable_grad()` in
+            # the user's hook, only the forward runs under one, and what else the hook
+            # differentiates may still have no graph.
+            return _inference_finding(ctx, where, assignment, module, (source, stmt, None), enable,
+                                      (source, constructor, "inference_mode", name, "safe" if enable else "unsafe"),
+                                      None, (where.source, assignment.stmt))
+    return None
+
+
+def _inference_finding(ctx: Context, where: Scope, assignment, module: ast.expr, entered, enable, flag,
+                       call: ast.Call | None, inside: tuple) -> Finding | None:
+    """`inside`: what to run under `torch.enable_grad()` where nothing turns autograd back on in
+    inference mode (the statement inside the block that entered it)."""
+    source, stmt, context = entered
+    forward = None if enable is not None else inside
+    on = enable[0].segment(enable[1]) if enable is not None else "torch.enable_grad()"
+    if flag is not None:
+        flag_source, constructor, keyword, owner, applicability = flag
+        fix = undo_cut.evaluate_without_inference_mode(flag_source, constructor, keyword, owner, on, forward,
+                                                       applicability)
+    elif call is not None:
+        fix = undo_cut.no_grad_for_inference_mode(source, call, on, forward)
+    else:
+        return None
+    name = where.source.segment(assignment.target)
+    if context is None:
+        mode = "Lightning's `torch.inference_mode()`"
+    elif call is context or src.inside(call, context):
+        mode = f"`{source.segment(context)}`"
+    else:
+        mode = f"`{source.segment(context)}`, which returns `{source.segment(call)}` (line {call.lineno})"
+    facts = [("module", where.source.segment(module)), ("caller", source.segment(stmt)),
+             ("caller_row", stmt.lineno), ("grad_off", mode)]
+    if enable is None:
+        return finding("BX009", "run-grad-off", "no-grad",
+                       Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
+                                facts=tuple(facts)),
+                       [_assigned(where.source, assignment)], [fix])
+    facts += [("enable", enable[0].segment(enable[1])), ("enable_row", enable[1].lineno)]
+    return finding("BX009", "run-inference-mode", "no-grad",
+                   Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
+                            facts=tuple(facts)),
+                   [_assigned(where.source, assignment)], [fix])
+
+
+def _inference_flag(ctx: Context, frame, scope: ast.AST, context: ast.expr, call: ast.Call):
+    """(source, constructor call, keyword, name, applicability) where the object `self` is in
+    `frame` chooses inference mode by a flag it was built with: the helper the `with` calls
+    returns `torch.inference_mode() if self.inference_mode else torch.no_grad()`, and its
+    class's `__init__` sets `self.inference_mode = inference_mode` from its parameter. Safe
+    where the flag is read nowhere else in the class."""
+    helper = helper_called(context, scope) if isinstance(context, ast.Call) else None
+    choice = src.parent(call)
+    if helper is None or not isinstance(choice, ast.IfExp) or choice.body is not call \
+            or not isinstance(choice.test, ast.Attribute) or src.canonical(choice.test.value) != "self":
+        return None
+    owner = src.enclosing_class(helper)
+    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) \
+        if owner is not None else None
+    attribute = src.canonical(choice.test)
+    set_from = [a.value for a in src.assignments(init, attribute)] if init is not None else []
+    parameters = {a.arg for a in init.args.args[1:] + init.args.kwonlyargs} if init is not None else set()
+    if len(set_from) != 1 or not isinstance(set_from[0], ast.Name) or set_from[0].id not in parameters:
+        return None
+    made = _constructed(ctx, frame.f_locals.get("self"))
+    if made is None:
+        return None
+    reads = [n for n in ast.walk(owner) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+             and src.canonical(n) == attribute]
+    source, constructor, name = made
+    return source, constructor, set_from[0].id, name, "safe" if len(reads) == 1 else "unsafe"
+
+
+def _lightning_trainer(ctx: Context, frame, scope: ast.AST, stmt: ast.stmt):
+    """(source, constructor call, name) of a Lightning trainer built with inference mode on, whose
+    `trainer.test(...)` (or `validate`, `predict`, `fit`) this frame runs."""
+    for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr in _EVALUATES
+                and isinstance(call.func.value, ast.Name)):
+            continue
+        name = call.func.value.id
+        trainer = frame.f_locals.get(name, frame.f_globals.get(name))
+        kind = type(trainer)
+        if kind.__name__ != "Trainer" or kind.__module__.split(".")[0] not in _LIGHTNING:
+            continue
+        if getattr(getattr(trainer, f"{call.func.attr}_loop", None), "inference_mode", True) is False:
+            continue
+        return _constructed(ctx, trainer)
+    return None
+
+
+def _constructed(ctx: Context, obj) -> tuple | None:
+    """(source, call, name): the statement of a user's frame that built `obj`, `name = Class(...)`,
+    found by a name bound to it in that frame."""
+    if obj is None:
+        return None
+    for frame in ctx.frames:
+        source, scope = ctx.frame_source(frame)
+        if source is None or scope is None:
+            continue
+        names = [n for n, v in {**(frame.f_globals if scope is source.tree else {}), **frame.f_locals}.items()
+                 if v is obj]
+        for name in names:
+            made = src.last_assignment(scope, name, frame.f_lineno + 1)
+            if made is not None and isinstance(made.value, ast.Call):
+                return source, made.value, name
+    return None
 
 
 def _grad_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Finding | None:
