@@ -2246,6 +2246,87 @@ KEPT_SUMMARY = """
     print(f"{log_report._summary._summaries['loss']._x.item():.3f}")
 """
 
+# nflows' BatchNorm (bayesiains/nflows#10): running statistics registered in `__init__`, written
+# in place in the forward with the batch's mean and variance, their graphs included.
+KEPT_BUFFER_IN_PLACE = """
+    import torch
+
+    class BatchNorm(torch.nn.Module):
+        def __init__(self, features, momentum=0.1):
+            super().__init__()
+            self.momentum = momentum
+            self.register_buffer("running_mean", torch.zeros(features))
+            self.register_buffer("running_var", torch.zeros(features))
+
+        def forward(self, inputs):
+            mean, var = inputs.mean(0), inputs.var(0)
+            self.running_mean.mul_(1 - self.momentum).add_(mean * self.momentum)  # culprit
+            self.running_var.mul_(1 - self.momentum).add_(var * self.momentum)
+            return (inputs - mean) / torch.sqrt(var + 1e-5)
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), BatchNorm(4), torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+"""
+
+# vector-quantize-pytorch (lucidrains/vector-quantize-pytorch#57): a method given the buffer's
+# name decays it with the batch's statistic and registers the result under that name.
+KEPT_BUFFER_BY_NAME = """
+    import torch
+
+    class Affine(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.register_buffer("batch_mean", None)
+
+        def update_with_decay(self, buffer_name, new_value, decay):
+            old_value = getattr(self, buffer_name)
+            if old_value is None:
+                self.register_buffer(buffer_name, new_value)
+                return
+            value = old_value * decay + new_value * (1 - decay)  # culprit
+            self.register_buffer(buffer_name, value)
+
+        def forward(self, x):
+            h = self.linear(x)
+            self.update_with_decay("batch_mean", h.mean(0), 0.9)
+            return h
+
+    model = Affine()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        loss.backward()
+        opt.step()
+"""
+
+# neural-network-lyapunov's line search (StanfordASL/neural-network-lyapunov#140): a list made in
+# advance, filled by index, each loss back-propagated at the start of the next pass.
+KEPT_BY_INDEX = """
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure():
+        return model(torch.randn(8, 4)).pow(2).mean()
+
+    losses = [None] * 5
+    losses[0] = closure()
+    for step in range(1, 5):
+        opt.zero_grad()
+        losses[step - 1].backward()
+        opt.step()
+        losses[step] = closure()  # culprit
+    print(f"{losses[-1].item():.3f}")
+"""
+
 KEPT_MEMORY = """
     import torch
 
@@ -2306,6 +2387,12 @@ KEPT_MEMORY = """
      "run-kept-each", "outputs", "outputs.append({**output, 'loss': output['loss'].detach()})"),
     (KEPT_METER, "run-kept-total", "self.sum", "self.sum = self.sum + val.detach()"),
     (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
+    (KEPT_BUFFER_IN_PLACE, "run-kept-stored", "self.running_mean",
+     "with torch.no_grad():\n            self.running_mean.mul_(1 - self.momentum).add_(mean * self.momentum)\n"
+     "            self.running_var.mul_"),
+    (KEPT_BUFFER_BY_NAME, "run-kept-stored", "value", "self.register_buffer(buffer_name, value.detach())"),
+    (KEPT_BY_INDEX, "run-kept-each", "losses",
+     "    losses[step - 1].backward()\n    losses[step - 1] = losses[step - 1].detach()\n"),
 ])
 def test_a_graph_kept_aside_and_growing_is_named_where_it_is_kept(code, variant, culprit_name, fixed, explain_run,
                                                                   tmp_path):

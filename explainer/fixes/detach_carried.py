@@ -263,6 +263,16 @@ def append_detached(source: Source, store: ast.Call, container: str, key: str | 
                f"graph only holds memory until the list is dropped", (replace(source, value, stored),))
 
 
+def detach_item_after_backward(source: Source, backward: ast.stmt, item: ast.expr, container: str) -> Fix:
+    """`losses[iter_count-1].backward()`, where `losses` keeps every iteration's loss, stored
+    before it is back-propagated (neural-network-lyapunov's line search): the item is detached
+    right after its backward. Its graph is freed then, and nothing can back-propagate it again, so
+    no gradient changes: safe."""
+    text = source.segment(item)
+    return Fix(f"Keep `{text}` detached once it is back-propagated: its graph is freed then, and what "
+               f"`{container}` keeps of it only holds memory", (insert_lines_after(source, backward, [f"{text} = {text}.detach()"]),))
+
+
 def _stored(store: ast.AST) -> ast.expr | None:
     if isinstance(store, ast.Call) and store.args:
         return store.args[-1]

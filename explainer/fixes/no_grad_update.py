@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Fix
-from ..reading.source import Source, assignments, canonical, enclosing_function, targets_of
-from .edits import imports_torch, replace
+from ..model import Edit, Fix
+from ..reading.source import Source, assignments, canonical, enclosing_function, parent, targets_of
+from .edits import imports_torch, node_end, node_start, replace, statement_text
 
 
 def update_under_no_grad(source: Source, stmt: ast.stmt, attribute: str) -> Fix | None:
@@ -43,3 +43,28 @@ def update_every_branch_under_no_grad(source: Source, stmt: ast.stmt, attribute:
             return None
         edits.extend(more.edits)
     return Fix(first.message, tuple(edits), first.applicability)
+
+
+def write_in_place_under_no_grad(source: Source, writes: list[ast.stmt], names: list[str]) -> Fix | None:
+    """nflows' `self.running_mean.mul_(1 - m).add_(mean * m)`, each in-place write of running
+    state run under `torch.no_grad()`, as torch's own batch norm updates its statistics:
+    whatever the arguments are (a float, a tensor with a graph), the state gets their values and
+    no history. Writes on consecutive lines of one block share one `with`."""
+    if not imports_torch(source) or not writes:
+        return None
+    writes = sorted({id(w): w for w in writes}.values(), key=lambda w: w.lineno)
+    groups: list[list[ast.stmt]] = []
+    for write in writes:
+        if groups and parent(write) is parent(groups[-1][-1]) and write.lineno == groups[-1][-1].end_lineno + 1:
+            groups[-1].append(write)
+        else:
+            groups.append([write])
+    edits = []
+    for group in groups:
+        indent = source.indent_of(group[0].lineno)
+        body = "".join(f"\n{indent}    {line}" for write in group for line in statement_text(source, write))
+        edits.append(Edit(source.filename, f"with torch.no_grad():{body}", node_start(source, group[0]),
+                          node_end(source, group[-1])))
+    written = " and ".join(f"`{name}`" for name in dict.fromkeys(names))
+    return Fix(f"Write {written} in place under `torch.no_grad()`: running state, not something to "
+               f"back-propagate through", tuple(edits))

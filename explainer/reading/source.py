@@ -586,3 +586,22 @@ def is_none_check(node: ast.AST | None, expression: str) -> bool:
     return isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)) \
         and canonical(node.left) == canonical(expression) \
         and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
+
+
+def argument_for(function: ast.AST, call: ast.Call, name: str) -> ast.expr | None:
+    """The argument of `call` bound to the parameter `name` of `function` (its `self` skipped
+    when the call names a method or a model)."""
+    arguments = getattr(function, "args", None)
+    if arguments is None:
+        return None
+    names = [a.arg for a in arguments.posonlyargs + arguments.args]
+    if names and names[0] == "self":
+        names = names[1:]
+    for keyword in call.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    if name not in names:
+        return None
+    index = names.index(name)
+    positional = call.args[:next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)), len(call.args))]
+    return positional[index] if index < len(positional) else None

@@ -15,7 +15,6 @@ from ..reading import source as src
 from ..reading.training import helper_called
 from . import analysis, graph, journal, naming, records
 from .analysis import locate
-from .analysis.made_from import argument_for
 from .errors import kind_of
 from .records import BackwardCall, StepCall
 
@@ -131,7 +130,7 @@ def _in_helpers(stmt, frame, scope) -> list:
             continue
         for inner in sorted(src.calls_named(helper, "backward", "step"), key=lambda c: (c.lineno, c.col_offset)):
             receiver = inner.func.value if isinstance(inner.func, ast.Attribute) else None
-            argument = argument_for(helper, call, receiver.id) if isinstance(receiver, ast.Name) else None
+            argument = src.argument_for(helper, call, receiver.id) if isinstance(receiver, ast.Name) else None
             value = _lookup(argument, frame) if argument is not None else None
             if inner.func.attr == "backward" and isinstance(value, torch.Tensor) and value.grad_fn is not None \
                     or inner.func.attr == "step" and hasattr(value, "param_groups"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import bisect
 
-from ...fixes import accumulate_item, detach_carried, graph_options
+from ...fixes import accumulate_item, detach_carried, graph_options, no_grad_update
 from ...fixes.edits import node_start, overlapping
 from ...model import Evidence, Finding, Fix
 from ...reading import source as src
@@ -186,11 +186,27 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
         appends = [node for node in src.own_nodes(scope) if isinstance(node, ast.Call)
                    and isinstance(node.func, ast.Attribute) and node.func.attr == "append"
                    and src.canonical(node.func.value) == container] if scope is not None else []
-        if len(appends) != 1:
+        # neural-network-lyapunov's line search: a list made in advance, filled by index in the loop
+        # (`losses[iter_count], ... = optimizer.step(...)`), each loss back-propagated the next pass.
+        loops = ctx.backward_loops(source, scope) if scope is not None and not appends else []
+        filled = [a.stmt for a in src.item_assignments(scope, container)
+                  if any(src.inside(a.stmt, loop) for loop in loops)] if loops else []
+        stores = appends or filled
+        if len(stores) != 1:
             continue
-        store = appends[0]
-        item = tail[0][1] if len(tail) == 1 and tail[0][0] == "item" and isinstance(tail[0][1], str) else None
-        fix = detach_carried.append_detached(source, store, container, item) if not tail or item is not None else None
+        store = stores[0]
+        _, _, backward = ctx.failing_statement()
+        receiver = src.call_receiver(backward, "backward") if backward is not None else None
+        if isinstance(receiver, ast.Subscript) and src.canonical(receiver.value) == container \
+                and not ctx.call.retain_graph and not tail:
+            # Back-propagated after it is stored: detached once its backward has run.
+            fix = detach_carried.detach_item_after_backward(source, backward, receiver, container)
+        elif appends:
+            item = tail[0][1] if len(tail) == 1 and tail[0][0] == "item" and isinstance(tail[0][1], str) else None
+            fix = detach_carried.append_detached(source, store, container, item) if not tail or item is not None \
+                else None
+        else:
+            fix = None
         evidence = Evidence(container, ctx.call_site(source.filename, store.lineno), ctx.backward_site(),
                             facts=(("iterations", len(members)), ("kept_aside", True)))
         return finding("BX005", "run-kept-each", "graph-growth", evidence,
@@ -207,6 +223,14 @@ def _kept_finding(ctx: Context, candidate, iterations: int, others: list) -> Fin
     if fix is not None:
         code, variant = "BX002", "run-kept-total"
         fix = _with_every_total(fix, candidate, others)
+    elif isinstance(located.store, ast.Expr):
+        # Written in place (nflows' `self.running_mean.mul_(...).add_(...)`): every such write of
+        # the state kept the same way, in the same file, goes under no_grad (its `running_var` too).
+        code, variant = "BX005", "run-kept-stored"
+        same = [other for other in [candidate, *others] if other.located is not None
+                and isinstance(other.located.store, ast.Expr) and other.located.source is located.source]
+        fix = no_grad_update.write_in_place_under_no_grad(located.source, [o.located.store for o in same],
+                                                          [o.name for o in same])
     else:
         code, variant = "BX005", "run-kept-stored"
         # `self.memory[agent] = state`, a tuple: the binding is one of its elements.

@@ -171,8 +171,34 @@ def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Locat
         if inherited is not None:
             source, class_node, found = inherited
     if not found:
-        return None if must_assign else _stored_by_name(source, class_node, attribute)
+        return None if must_assign else \
+            _written_in_place(source, class_node, expression) or _stored_by_name(source, class_node, attribute)
     return _best_in_class(source, class_node, expression, found)
+
+
+def _written_in_place(source, class_node: ast.ClassDef, expression: str) -> Located | None:
+    """nflows' BatchNorm registers `running_mean` in `__init__` and, in its forward, writes it in
+    place with what the batch made: `self.running_mean.mul_(1 - m).add_(mean * m)`. The write,
+    outside `__init__`, is where its graph comes from."""
+    for node in ast.walk(class_node):
+        receiver = in_place_receiver(node.value) if isinstance(node, ast.Expr) else None
+        method = src.enclosing_function(node)
+        if receiver is not None and src.canonical(receiver) == expression and getattr(method, "name", "") != "__init__":
+            return Located(source, method or class_node, node, receiver, source.segment(receiver), True,
+                           class_node=class_node)
+    return None
+
+
+def in_place_receiver(expression: ast.expr) -> ast.expr | None:
+    """`self.running_mean` in `self.running_mean.mul_(a).add_(b)`: the tensor a chain of in-place
+    methods writes (`x.data.add_(b)` writes `x.data`, which has no graph)."""
+    if not (isinstance(expression, ast.Call) and isinstance(expression.func, ast.Attribute)):
+        return None
+    method = expression.func.attr
+    if not method.endswith("_") or method.startswith("_"):
+        return None
+    inner = expression.func.value
+    return in_place_receiver(inner) if isinstance(inner, ast.Call) else inner
 
 
 def _made_in(class_node: ast.ClassDef, expression: str) -> list[src.Assignment]:
@@ -226,11 +252,46 @@ def _stored_by_name(source, class_node: ast.ClassDef, attribute: str) -> Located
         if isinstance(node, ast.Call) and len(node.args) >= 2 \
                 and any(isinstance(a, ast.Constant) and a.value == attribute for a in node.args[:-1]) \
                 and not (isinstance(node.args[-1], ast.Constant) and node.args[-1].value is None):
+            helper = helper_called(node, node) if src.canonical(node.func).startswith("self.") else None
+            if helper is not None:
+                found = _stored_by_helper(source, class_node, helper, node, attribute)
+                if found is not None:
+                    return found
+                continue
             value = node.args[-1]
             method = src.enclosing_function(node)
             return Located(source, method or class_node, node, value, source.segment(value), True,
                            class_node=class_node)
     return None
+
+
+def _stored_by_helper(source, class_node: ast.ClassDef, helper: ast.AST, call: ast.Call, attribute: str):
+    """Where a method of the class, called with the attribute's name (`self.update_with_decay(
+    'batch_mean', data.mean(...), decay)`, vector-quantize-pytorch), stores under the parameter
+    that name is passed as (`self.register_buffer(buffer_name, value)`): the value it stores,
+    made in the method (`value = old_value * decay + ...`, the last such store), or, where it
+    stores a parameter as given (`tmp_store(key, value)`), the caller's argument for it. None
+    where it stores nothing under that parameter: the name is passed for something else."""
+    index = next(i for i, a in enumerate(call.args) if isinstance(a, ast.Constant) and a.value == attribute)
+    parameters = [a.arg for a in helper.args.posonlyargs + helper.args.args][1:]
+    if index >= len(parameters):
+        return None
+    name = parameters[index]
+    stores = [node for node in src.own_nodes(helper) if isinstance(node, ast.Call) and len(node.args) >= 2
+              and src.canonical(node.func) in ("self.register_buffer", "setattr", "self.__setattr__")
+              and isinstance(node.args[-2], ast.Name) and node.args[-2].id == name]
+    if not stores:
+        return None
+    store = max(stores, key=lambda node: (node.lineno, node.col_offset))
+    value = store.args[-1]
+    if isinstance(value, ast.Name) and value.id in parameters:
+        argument = src.argument_for(helper, call, value.id)
+        method = src.enclosing_function(call)
+        return Located(source, method or class_node, call, argument, source.segment(argument), True,
+                       class_node=class_node) if argument is not None else None
+    made = src.last_assignment(helper, value.id, store.lineno) if isinstance(value, ast.Name) else None
+    target = made.target if made is not None else value
+    return Located(source, helper, store, target, source.segment(target), True, class_node=class_node)
 
 
 def _locate_stored(binding, source, scope) -> Located | None:

@@ -100,30 +100,11 @@ def _passed_as(where: Scope, name: str) -> tuple | None:
     `where`'s function, or None when `name` is not one of its parameters."""
     if where.called_from is not None:
         scope, call = where.called_from
-        argument = argument_for(where.node, call, name)
+        argument = src.argument_for(where.node, call, name)
         return (scope, src.canonical(argument), call.lineno) if argument is not None else None
     if where.caller is not None:
         return where.caller(name)
     return None
-
-
-def argument_for(function: ast.AST, call: ast.Call, name: str) -> ast.expr | None:
-    """The argument of `call` bound to the parameter `name` of `function` (its `self` skipped
-    when the call names a method or a model)."""
-    arguments = getattr(function, "args", None)
-    if arguments is None:
-        return None
-    names = [a.arg for a in arguments.posonlyargs + arguments.args]
-    if names and names[0] == "self":
-        names = names[1:]
-    for keyword in call.keywords:
-        if keyword.arg == name:
-            return keyword.value
-    if name not in names:
-        return None
-    index = names.index(name)
-    positional = call.args[:next((i for i, a in enumerate(call.args) if isinstance(a, ast.Starred)), len(call.args))]
-    return positional[index] if index < len(positional) else None
 
 
 def _assignments_of(where: Scope, expression: str, before: int) -> list[src.Assignment]:
@@ -303,7 +284,7 @@ def passed_in(ctx, index: int, name: str) -> tuple | None:
         return None
     for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
         if _runs(outer, call, code):
-            argument = argument_for(node, call, name)
+            argument = src.argument_for(node, call, name)
             return (outer, argument, stmt) if argument is not None else None
     return None
 

@@ -24,7 +24,7 @@ from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
 from .locate import Candidate, Located, class_source, step_row_in
-from .made_from import argument_for, live_scope, made_from
+from .made_from import live_scope, made_from
 from .trained import left_unused, optimizer_parameters, parameters_under, trained_by
 
 # A few more tensors shared the same way (peers' outputs); each costs a walk of its graph.
@@ -142,7 +142,7 @@ def _argument_of(function, parameter: str, stmt) -> ast.expr | None:
     call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
     called = call.func.attr if call is not None and isinstance(call.func, ast.Attribute) \
         else getattr(call.func, "id", None) if call is not None else None
-    return argument_for(function, call, parameter) if called == function.name else None
+    return src.argument_for(function, call, parameter) if called == function.name else None
 
 
 def _callers_call(ctx: Context, source, scope, failing, receiver):
