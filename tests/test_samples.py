@@ -44,9 +44,6 @@ NOT_YET: dict[str, str] = {
     "real/glow_affine_coupling_inplace_z2": "names `z2` where `split_feature` made it (169), not where the "
                                             "convolution read its other half `z1` (173); fixes[0] writes every "
                                             "branch's update of `z2` out of place and trains what the twin trains",
-    "real/lyapunov_line_search_losses_keep_graph": "no growth found: each loss is kept by index in a list made "
-                                                   "in advance (`losses[iter_count], ... = optimizer.step(...)`), "
-                                                   "not appended",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "
