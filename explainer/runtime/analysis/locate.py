@@ -181,7 +181,7 @@ def _written_in_place(source, class_node: ast.ClassDef, expression: str) -> Loca
     place with what the batch made: `self.running_mean.mul_(1 - m).add_(mean * m)`. The write,
     outside `__init__`, is where its graph comes from."""
     for node in ast.walk(class_node):
-        receiver = in_place_receiver(node.value) if isinstance(node, ast.Expr) else None
+        receiver = _in_place_receiver(node.value) if isinstance(node, ast.Expr) else None
         method = src.enclosing_function(node)
         if receiver is not None and src.canonical(receiver) == expression and getattr(method, "name", "") != "__init__":
             return Located(source, method or class_node, node, receiver, source.segment(receiver), True,
@@ -189,7 +189,7 @@ def _written_in_place(source, class_node: ast.ClassDef, expression: str) -> Loca
     return None
 
 
-def in_place_receiver(expression: ast.expr) -> ast.expr | None:
+def _in_place_receiver(expression: ast.expr) -> ast.expr | None:
     """`self.running_mean` in `self.running_mean.mul_(a).add_(b)`: the tensor a chain of in-place
     methods writes (`x.data.add_(b)` writes `x.data`, which has no graph)."""
     if not (isinstance(expression, ast.Call) and isinstance(expression.func, ast.Attribute)):
@@ -198,7 +198,7 @@ def in_place_receiver(expression: ast.expr) -> ast.expr | None:
     if not method.endswith("_") or method.startswith("_"):
         return None
     inner = expression.func.value
-    return in_place_receiver(inner) if isinstance(inner, ast.Call) else inner
+    return _in_place_receiver(inner) if isinstance(inner, ast.Call) else inner
 
 
 def _made_in(class_node: ast.ClassDef, expression: str) -> list[src.Assignment]:
