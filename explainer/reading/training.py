@@ -171,9 +171,14 @@ def switches_grad_off(stmt: ast.stmt) -> ast.Call | None:
         return None
     call = stmt.value
     name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    return call if name in ("set_grad_enabled", "_set_grad_enabled") and _mode_is(call, False) else None
+
+
+def _mode_is(call: ast.Call, value: bool) -> bool:
+    """Whether `call` is given `mode` (its first argument) as the constant `value`:
+    `set_grad_enabled(False)`, `inference_mode(mode=False)`."""
     mode = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
-    off = isinstance(mode, ast.Constant) and mode.value is False
-    return call if name in ("set_grad_enabled", "_set_grad_enabled") and off else None
+    return isinstance(mode, ast.Constant) and mode.value is value
 
 
 def sets_requires_grad(stmt: ast.stmt) -> tuple[str, bool] | None:
@@ -217,10 +222,9 @@ def enters_inference_mode(expression: ast.expr, scope: ast.AST) -> ast.Call | No
 
 def _inference_mode_call(expression: ast.AST) -> ast.Call | None:
     for node in ast.walk(expression):
-        if isinstance(node, ast.Call) and src.canonical(node.func).split(".")[-1] == "inference_mode":
-            mode = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "mode"), None)
-            if not (isinstance(mode, ast.Constant) and mode.value is False):
-                return node
+        if isinstance(node, ast.Call) and src.canonical(node.func).split(".")[-1] == "inference_mode" \
+                and not _mode_is(node, False):
+            return node
     return None
 
 
@@ -229,15 +233,14 @@ def turns_grad_on(expression: ast.expr) -> bool:
     if not isinstance(expression, ast.Call):
         return False
     name = src.canonical(expression.func).split(".")[-1]
-    mode = expression.args[0] if expression.args else next((k.value for k in expression.keywords if k.arg == "mode"), None)
-    return name == "enable_grad" or name == "set_grad_enabled" and isinstance(mode, ast.Constant) and mode.value is True
+    return name == "enable_grad" or name == "set_grad_enabled" and _mode_is(expression, True)
 
 
 def with_blocks(node: ast.AST) -> list[ast.With | ast.AsyncWith]:
     """The `with` blocks around `node` inside its own function, innermost first."""
     blocks = []
     for ancestor in src.ancestors(node):
-        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
             break
         if isinstance(ancestor, (ast.With, ast.AsyncWith)):
             blocks.append(ancestor)
@@ -246,13 +249,8 @@ def with_blocks(node: ast.AST) -> list[ast.With | ast.AsyncWith]:
 
 def no_grad_block(node: ast.AST) -> ast.With | ast.AsyncWith | None:
     """The `with torch.no_grad():` around `node`, inside its own function."""
-    for ancestor in src.ancestors(node):
-        if isinstance(ancestor, (ast.With, ast.AsyncWith)) and any(records_no_graph(i.context_expr)
-                                                                   for i in ancestor.items):
-            return ancestor
-        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return None
-    return None
+    return next((block for block in with_blocks(node) if any(records_no_graph(i.context_expr) for i in block.items)),
+                None)
 
 
 def called_without_graph(value: ast.AST, scope: ast.AST) -> tuple[ast.AST, ast.expr] | None:

@@ -497,17 +497,12 @@ def _inference_finding(ctx: Context, where: Scope, assignment, module: ast.expr,
         mode = f"`{source.segment(context)}`"
     else:
         mode = f"`{source.segment(context)}`, which returns `{source.segment(call)}` (line {call.lineno})"
-    facts = [("module", where.source.segment(module)), ("caller", source.segment(stmt)),
-             ("caller_row", stmt.lineno), ("grad_off", mode)]
-    if enable is None:
-        return finding("BX009", "run-grad-off", "no-grad",
-                       Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
-                                facts=tuple(facts)),
-                       [_assigned(where.source, assignment)], [fix])
-    facts += [("enable", enable[0].segment(enable[1])), ("enable_row", enable[1].lineno)]
-    return finding("BX009", "run-inference-mode", "no-grad",
-                   Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
-                            facts=tuple(facts)),
+    facts = (("module", where.source.segment(module)), ("caller", source.segment(stmt)),
+             ("caller_row", stmt.lineno), ("grad_off", mode))
+    if enable is not None:
+        facts += (("enable", on), ("enable_row", enable[1].lineno))
+    evidence = Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph", facts=facts)
+    return finding("BX009", "run-grad-off" if enable is None else "run-inference-mode", "no-grad", evidence,
                    [_assigned(where.source, assignment)], [fix])
 
 
