@@ -54,10 +54,8 @@ MISSES = {
 # Where the hooked run does not name the label either, and post-mortem says what it says.
 HOOKED_WRONG = {
     "real/deep_object_reid_center_loss_step_before_total_backward",
-    "real/deepxde_pideeponet_as_tensor_losses",
     "real/glow_affine_coupling_inplace_z2",
     "real/keras_stateful_lstm_state_assign",
-    "real/libcity_stsgcn_position_embedding_inplace",
     "real/styletts2_slm_disc_step_before_gen",
 }
 

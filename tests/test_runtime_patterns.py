@@ -1673,6 +1673,110 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # LibCity's STSGCN: the model's ReLU output is passed down two modules to a forward that
+    # adds a position embedding into its parameter in place.
+    "a ReLU output passed down two modules to a forward that adds into it in place": ("inplace-modified", "data", """
+        import torch
+        import torch.nn as nn
+
+
+        class Embedding(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.offset = nn.Parameter(torch.zeros(4))
+
+            def forward(self, data):
+                data += self.offset
+                return data
+
+
+        class Layer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embedding = Embedding()
+                self.linear = nn.Linear(4, 4)
+
+            def forward(self, data):
+                data = self.embedding(data)
+                return self.linear(data)
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.first = nn.Linear(3, 4)
+                self.layers = nn.ModuleList([Layer(), Layer()])
+
+            def forward(self, x):
+                data = torch.relu(self.first(x))  # culprit
+                for layer in self.layers:
+                    data = layer(data)
+                return data
+
+
+        model = Model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = model(torch.randn(5, 3)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # A loss per batch kept in a list, then copied into one tensor: the copy has no graph.
+    "losses kept in a list copied into torch.tensor": ("no-grad", "loss", """
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        criterion = torch.nn.MSELoss()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            losses = []
+            for x, y in [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(3)]:
+                losses.append(criterion(model(x), y))
+            loss = torch.tensor(losses).mean()  # culprit
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # deepxde's `PDEOperatorCartesianProd._losses`: a method that has returned copies each tuple
+    # of losses with a helper returning `torch.as_tensor` of what it is given.
+    "tuples of losses copied by a helper returning torch.as_tensor": ("no-grad", "terms", """
+        import torch
+        import torch.nn.functional as F
+
+
+        def as_tensor(data):
+            if isinstance(data, torch.Tensor):
+                return data
+            return torch.as_tensor(data)
+
+
+        class Data:
+            def losses(self, outputs, targets, loss_fn):
+                per_output = []
+                for output, target in zip(outputs, targets):
+                    per_output.append([loss_fn(output, target), loss_fn(output.mean(), target.mean())])
+                terms = [as_tensor(term).mean() for term in zip(*per_output)]  # culprit
+                return terms
+
+
+        net = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        data = Data()
+
+
+        def step(xs, ys):
+            outputs = [net(x) for x in xs]
+            terms = data.losses(outputs, ys, F.mse_loss)
+            total = torch.stack(terms).sum()
+            opt.zero_grad()
+            total.backward()
+            opt.step()
+
+
+        for _ in range(2):
+            step([torch.randn(4, 3) for _ in range(2)], [torch.randn(4, 2) for _ in range(2)])
+    """),
     # pg-is-all-you-need's SAC: the actor's update is an `if`, after the Q and V updates; the V
     # loss is made from `q_pred`, so a recompute after the Q step would change V's update too.
     "a delayed policy update after the value updates, its loss built before them": ("inplace-modified", "qf.weight", """
@@ -2148,6 +2252,14 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     ("values with history copied into torch.tensor([...]) two calls down", "unsafe",
      "down = torch.stack([torch.as_tensor(amplitude, dtype=torch.float32), torch.as_tensor(0, dtype=torch.float32)])",
      ""),
+    # Written out of place where it is written, as LibCity's maintainers could have; their fix
+    # passes a copy down instead (`data.clone()`), which trains the same.
+    ("a ReLU output passed down two modules to a forward that adds into it in place", "safe",
+     "data = data + self.offset", "data += self.offset"),
+    # Stacked where they were copied: each item is a loss reduced to one number, so safe.
+    ("losses kept in a list copied into torch.tensor", "safe", "loss = torch.stack(losses).mean()", "torch.tensor("),
+    ("tuples of losses copied by a helper returning torch.as_tensor", "safe",
+     "terms = [torch.stack(term).mean() for term", ""),
     # Both loops' products written out of place: the next backward would fail on the other one.
     ("the same in-place product after a ReLU in two loops of one method", "safe",
      "violation = violation * active\n            total = total + violation.mean()\n        for", "violation *="),
@@ -2741,6 +2853,27 @@ def test_a_constant_never_assigned_anything_else_is_no_loss_terms_stand_in(expla
     """).lstrip())
     run = explain_run(script)
     assert run.returncode == 1 and not [f for f in run.findings if f["variant"] == "run-constant"], run.stderr
+
+
+def test_a_copy_of_numbers_the_values_were_already_cut_to_is_not_blamed_for_the_cut(explain_run, tmp_path):
+    """`preds.append(model(x).sum().item())`: the list holds numbers, not tensors that train, so
+    `torch.tensor(preds)` copies nothing out of a graph; stacking them would not run."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            preds = []
+            for x in [torch.randn(4, 3) for _ in range(3)]:
+                preds.append(model(x).sum().item())
+            loss = torch.tensor(preds).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """).lstrip())
+    run = explain_run(script)
+    assert run.returncode == 1 and not [f for f in run.findings if f["variant"] == "run-copied"], run.stderr
 
 
 @pytest.mark.parametrize("helper, applicability", [

@@ -44,15 +44,9 @@ NOT_YET: dict[str, str] = {
     "real/glow_affine_coupling_inplace_z2": "names `z2` where `split_feature` made it (169), not where the "
                                             "convolution read its other half `z1` (173); fixes[0] writes every "
                                             "branch's update of `z2` out of place and trains what the twin trains",
-    "real/libcity_stsgcn_position_embedding_inplace": "named at the in-place write `data += self.temporal_emb` "
-                                                      "(24) in PositionEmbedding.forward, not where torch.relu made "
-                                                      "what it saved (197), a module up; fixes[0] writes it out of "
-                                                      "place and trains what the twin trains",
     "real/mmcv_cumulative_hook_with_optimizer_hook": "named `self.outputs` (145), the runner's alias, not `outputs` "
                                                      "(144) where train_step made it; no fix: the twin registers one "
                                                      "optimizer hook instead of two, in the config",
-    "real/deepxde_pideeponet_as_tensor_losses": "not explained: `bkd.as_tensor(l)` copies a tuple of losses that "
-                                                "have a graph into a new tensor, in a backend helper",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "

@@ -53,6 +53,12 @@ loss.backward()""",
             "nothing to go through.",
             "`{carrier}` is copied out of the graph by `torch.tensor([...])` in `{helper}()`.",
             ("copied out of the graph by `torch.tensor([...])`",)),
+        "run-copied": Message(
+            "`{carrier}` ({where}) is made by `{copy}`, which copies the values of `{sequence}`, computed from "
+            "what trains, into a new tensor (`{factory}`) without their graph, so the loss has no grad_fn and "
+            "the backward (line {backward.row}) has nothing to go through.",
+            "`{carrier}` is copied out of the graph by `{copy}`.",
+            ("copied out of the graph by `{copy}`",)),
         "run-output-unused": Message(
             "`{carrier}` ({where}) is computed only from data: `{output}`, the output of `{module}` (line "
             "{output_row}), is never read on the way to it, so the loss has no grad_fn and the backward (line "

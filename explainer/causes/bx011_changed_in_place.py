@@ -77,6 +77,11 @@ y.backward()""",
             "`{change}` ({where}) changed it in place. {versions}",
             "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
             ("saved by {saved} here", "changed in place after {saved} saved it")),
+        "run-in-forward-write-caller": Message(
+            "When line {read} made `{made}`, {saved} saved it for the backward (line {backward.row}); then it was "
+            "passed down to `{change}` ({where}), which changed it in place. {versions}",
+            "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
+            ("saved by {saved} here", "changed in place after {saved} saved it")),
         "run-in-forward-write-passed": Message(
             "Line {read} passed `{carrier}` to {saved}, which saved it for the backward (line {backward.row}); "
             "then `{change}` ({where}) changed it in place. {versions}",

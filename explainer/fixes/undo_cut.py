@@ -116,6 +116,19 @@ def stack_instead_of_rewrap(source: Source, calls: list[ast.Call]) -> Fix | None
         if edits else None
 
 
+def stack_instead_of_copy(source: Source, call: ast.Call, copied: ast.expr, scalars: bool) -> Fix | None:
+    """`bkd.as_tensor(l)` -> `torch.stack(l)`: the same values, one tensor, with their graph
+    (deepxde's maintainers: `bkd.stack(loss, 0)`). Safe where every item is known to be a loss
+    reduced to one number (`scalars`); otherwise an item may be a number or a one-element tensor
+    of another shape, which the copy takes and `stack` does not. None where the file does not
+    import torch."""
+    if not imports_torch(source):
+        return None
+    return Fix(f"Stack the values with `torch.stack` instead of copying them with `{source.segment(call.func)}`: "
+               f"the copy has no graph, so what trains never gets a gradient from them",
+               (replace(source, call, f"torch.stack({source.segment(copied)})"),), "safe" if scalars else "unsafe")
+
+
 def remove_data(source: Source, attribute: ast.Attribute) -> Fix:
     """`torch.stack(logits, 1).data` -> `torch.stack(logits, 1)`."""
     return Fix("Remove `.data`: it returns the tensor without its graph, which the backward needs",

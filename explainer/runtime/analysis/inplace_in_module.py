@@ -8,6 +8,8 @@ import ast
 import math
 import re
 
+import torch
+
 from ...fixes import out_of_place
 from ...fixes.edits import node_start, replace
 from ...model import CallSite, Evidence, Finding, Fix
@@ -304,6 +306,83 @@ def _made_by_saver(write: ast.stmt, saver: str | None, result_saved: bool) -> as
     return None
 
 
+def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: bool):
+    """(source, statement, name) where a module of the model's made what `x += ...` writes, when
+    `x` is a parameter of the `forward` the write is in, as its caller passed it down: each
+    module holding one of this class's modules is read for a call of it (`self.position_embedding(
+    data)`, or `stsgcl_layer(data, self.adj)` in a loop over the list that holds it), and the
+    argument followed, through the callers' own parameters, to the call of the saving operation
+    that made it (`data = torch.relu(...)`). None where no single caller tells."""
+    if saver is None or not isinstance(write, ast.AugAssign) or not isinstance(write.target, ast.Name):
+        return None
+    function, owner, name = src.enclosing_function(write), src.enclosing_class(write), write.target.id
+    if function is None or src.last_assignment(function, name, write.lineno) is not None:
+        return None
+    for _ in range(_MAX_PASSED_DOWN):
+        if owner is None or function.name != "forward" or not _parameter(function, name):
+            return None
+        calls = list({id(call): (source, method, call) for source, method, call in _calls_of(ctx, owner)}.values())
+        if len(calls) != 1:
+            return None
+        source, method, call = calls[0]
+        argument = src.argument_for(function, call, name)
+        if not isinstance(argument, ast.Name):
+            return None
+        made = src.last_assignment(method, argument.id, call.lineno)
+        if made is not None:
+            value = made.value
+            called = value.func if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)) \
+                else None
+            if called is None or not (result_saved or src.canonical(called).split(".")[-1] == saver):
+                return None
+            return source, made.stmt, argument.id
+        function, owner, name = method, src.enclosing_class(method), argument.id
+    return None
+
+
+# Modules a tensor is followed up through, from the forward that wrote it to the one that made it.
+_MAX_PASSED_DOWN = 4
+
+
+def _parameter(function: ast.AST, name: str) -> bool:
+    arguments = function.args
+    return name in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
+
+
+def _calls_of(ctx, class_node: ast.ClassDef):
+    """(source, method, call) for each call of a module of `class_node` in the `forward` of a
+    module of the model that holds it: `self.layer(...)`, or `layer(...)` in a `for layer in
+    self.layers:` over the list or sequence that holds it."""
+    seen = set()
+    for _, top, _ in naming.module_bindings(ctx.frames):
+        for parent in top.modules():
+            if type(parent).__module__.startswith("torch") or id(parent) in seen:
+                continue
+            seen.add(id(parent))
+            held = [attribute for attribute, child in parent.named_children()
+                    if any(class_source(m)[1] is class_node for m in (
+                        child, *(child.children() if isinstance(child, _CONTAINERS) else ())))]
+            if not held:
+                continue
+            source, parent_class = class_source(parent)
+            forward = next((m for m in parent_class.body if isinstance(m, ast.FunctionDef) and m.name == "forward"),
+                           None) if parent_class is not None else None
+            for call in (n for n in src.own_nodes(forward) if isinstance(n, ast.Call)) if forward is not None else ():
+                func = src.canonical(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
+                if func in {f"self.{a}" for a in held} or isinstance(call.func, ast.Name) \
+                        and _iterates(forward, call.func.id, {f"self.{a}" for a in held}):
+                    yield source, forward, call
+
+
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
+
+
+def _iterates(function: ast.AST, name: str, containers: set[str]) -> bool:
+    """Whether `name` is the variable of a `for` loop of `function` over one of `containers`."""
+    return any(isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == name
+               and src.canonical(loop.iter) in containers for loop in src.own_nodes(function))
+
+
 def _operation(node) -> str | None:
     """`relu` for ReluBackward0, `leaky_relu` for LeakyReluBackward1, `max_pool2d_with_indices` for
     MaxPool2DWithIndicesBackward0."""
@@ -412,6 +491,8 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
     read = read or _made_by_saver(stmt, saver, result_saved)
     alias = _read_under_alias(stmt) if read is None else None
+    caller = _made_by_a_caller(ctx, stmt, saver, result_saved) if read is None and alias is None and passed is None \
+        else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
     fed = _fed_by_a_call(source, stmt, name, saver) if isinstance(node, ast.keyword) and result_saved else None
     if fed is not None:
@@ -435,6 +516,13 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         culprits.insert(0, culprit_at(name, source, node_start(source, alias[0])))
         facts += (("read", alias[0].lineno), ("alias", alias[1]))
         variant = "run-in-forward-write-alias"
+    elif caller is not None:
+        # LibCity's STSGCN: `data = torch.relu(...)` in the model's forward, passed down two
+        # modules to `PositionEmbedding.forward`'s `data += self.temporal_emb`.
+        made_source, made, made_name = caller
+        culprits.insert(0, culprit_at(made_name, made_source, node_start(made_source, made)))
+        facts += (("read", made.lineno), ("made", made_name))
+        variant = "run-in-forward-write-caller"
     evidence = Evidence(name, CallSite(source.filename, stmt.lineno, code), ctx.backward_site(),
                         advice="not-the-cause", facts=facts)
     return finding("BX011", variant, "inplace-modified", evidence, culprits, [fix], "likely")

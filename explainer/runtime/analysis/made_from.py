@@ -4,14 +4,17 @@ objects their `self` and the failing frame's names are), nearest first."""
 from __future__ import annotations
 
 import ast
+import sys
+import types
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ...reading import source as src
 from ...reading.training import helper_called
 from .. import naming
+from ..records import is_library_file
 from .locate import source_of_class
 
 # Expressions followed back from the loss: a training step is a few dozen assignments deep.
@@ -33,6 +36,9 @@ class Scope:
     # (scope, expression, row) in the caller's live frame (see `live_scope`).
     called_from: tuple | None = field(default=None, compare=False, hash=False)
     caller: object = field(default=None, compare=False, hash=False)
+    # The values of a closure's free variables (`self` and `outputs_losses` in deepxde's
+    # `outputs_losses_train`, made in `Model.compile`): known even when it has run.
+    closure: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def runs(self) -> bool:
@@ -40,14 +46,17 @@ class Scope:
         return bool(self.values)
 
 
-def made_from(start: Scope, expression: str, before: int, follow=None, through_parameters: bool = False):
+def made_from(start: Scope, expression: str, before: int, follow=None, through_parameters: bool = False,
+              through_appends: bool = False):
     """(scope, assignment) for every assignment the value of `expression` (read on line `before`)
     was made from, nearest first: through names, the items of a dict or list filled one by one,
     and the returns of the user's functions and methods it called. In the live frame, a name
     is followed when `follow(value)` says so (by default: a tensor without a graph, or a
     container, as a loss without history comes from). `through_parameters`: a parameter is
     followed to what its caller passed, and an item or attribute nothing assigns to its
-    container (`state["output"]` to `state = make_state(batch, output)`)."""
+    container (`state["output"]` to `state = make_state(batch, output)`). `through_appends`: a
+    list made empty is followed to what is appended to it (`losses.append(losses_i)`), each
+    append given as an assignment whose target is the append's call."""
     pending = deque([(start, expression, before)])
     seen = set()
     while pending and len(seen) < _MAX_TRACED:
@@ -56,7 +65,7 @@ def made_from(start: Scope, expression: str, before: int, follow=None, through_p
         if key in seen:
             continue
         seen.add(key)
-        found = _assignments_of(where, expression, before)
+        found = _assignments_of(where, expression, before, through_appends)
         for assignment in found:
             yield where, assignment
             pending.extend(_inputs(where, assignment, follow or _may_carry))
@@ -107,7 +116,7 @@ def _passed_as(where: Scope, name: str) -> tuple | None:
     return None
 
 
-def _assignments_of(where: Scope, expression: str, before: int) -> list[src.Assignment]:
+def _assignments_of(where: Scope, expression: str, before: int, through_appends: bool) -> list[src.Assignment]:
     found = src.last_assignment(where.node, expression, before)
     if found is None and expression.endswith("]"):
         # `losses_q[-1]`: the item it is at run time, as its own assignments name it.
@@ -117,7 +126,10 @@ def _assignments_of(where: Scope, expression: str, before: int) -> list[src.Assi
     if isinstance(found.value, ast.Dict) and not found.value.keys \
             or isinstance(found.value, ast.List) and not found.value.elts:
         # `losses = {}`, then `losses["ingr"] = ...`: what the items were given.
-        return [a for a in src.item_assignments(where.node, expression) if a.stmt.lineno < before]
+        items = [a for a in src.item_assignments(where.node, expression) if a.stmt.lineno < before]
+        appended = [src.Assignment(src.statement_of(call), call) for call in src.appends(where.node, expression)
+                    if found.stmt.lineno < call.lineno < before] if through_appends else []
+        return items + appended
     return [found]
 
 
@@ -142,6 +154,12 @@ def _inputs(where: Scope, assignment: src.Assignment, follow):
     """What the assigned value was made from: the returns of the user's function it is the
     result of, else the names it reads."""
     value = src.value_of(assignment.stmt)
+    if value is None and isinstance(assignment.target, ast.Call):  # `losses.append(losses_i)`
+        for name in sorted({n for argument in assignment.target.args for n in src.names_read(argument)} - {"self"}):
+            yield where, name, assignment.target.lineno
+        return
+    if value is None and isinstance(assignment.stmt, (ast.For, ast.AsyncFor)):
+        value = assignment.stmt.iter  # `for output, target in zip(outputs, targets):`
     if value is None:
         return
     # `x = self.combined()[self.position]`: an element of what the call returns.
@@ -149,16 +167,8 @@ def _inputs(where: Scope, assignment: src.Assignment, follow):
     if isinstance(call, ast.Call):
         callee = callee_of(where, call)
         if callee is not None:
-            element = _element(assignment) if call is value else None
-            for returned in returns(callee):
-                result = returned.value
-                if element is not None and isinstance(result, ast.Tuple) and element < len(result.elts):
-                    result = result.elts[element]
-                # `return self.enriched_representations`: what the object keeps is followed too.
-                kept = {src.canonical(n) for n in ast.walk(result) if isinstance(n, ast.Attribute)
-                        and isinstance(n.value, ast.Name) and n.value.id == "self"}
-                for name in sorted(src.names_read(result)) + sorted(kept):
-                    yield callee, name, returned.lineno + 1
+            element = _element(assignment) if call is value else _index(value)
+            yield from _returned(callee, element, _RETURNS_FOLLOWED)
             return
     for node in ast.walk(value):
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
@@ -171,6 +181,35 @@ def _inputs(where: Scope, assignment: src.Assignment, follow):
         known = where.values.get(name, None) if where.runs else None
         if not where.runs or name not in where.values or follow(known):
             yield where, name, assignment.stmt.lineno
+
+
+# Returns of returns followed (`return outputs_losses(True, ..., self.data.losses_train)`).
+_RETURNS_FOLLOWED = 4
+
+
+def _returned(callee: Scope, element: int | None, depth: int):
+    """(scope, name, row) for what `callee`'s returns read (item `element` of a returned tuple
+    when given); a return that calls another function of the user's is followed into its returns,
+    up to `depth` calls."""
+    for returned in returns(callee):
+        result = returned.value
+        if element is not None and isinstance(result, ast.Tuple) and element < len(result.elts):
+            result = result.elts[element]
+        inner = callee_of(callee, result) if isinstance(result, ast.Call) and depth > 1 else None
+        if inner is not None:
+            yield from _returned(inner, element, depth - 1)
+            continue
+        # `return self.enriched_representations`: what the object keeps is followed too.
+        kept = {src.canonical(n) for n in ast.walk(result) if isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name) and n.value.id == "self"}
+        for name in sorted(src.names_read(result)) + sorted(kept):
+            yield callee, name, returned.lineno + 1
+
+
+def _index(value: ast.expr) -> int | None:
+    """1 for `step(...)[1]`."""
+    index = value.slice if isinstance(value, ast.Subscript) else None
+    return index.value if isinstance(index, ast.Constant) and isinstance(index.value, int) else None
 
 
 def _may_carry(value) -> bool:
@@ -204,6 +243,9 @@ def callee_of(where: Scope, call: ast.Call) -> Scope | None:
         return Scope(where.source, helper, where.owner if isinstance(call.func, ast.Attribute) else None,
                      called_from=(where, call))
     func = call.func
+    function = _function_of_user(runtime_value(where, func))
+    if function is not None:
+        return replace(function, called_from=(where, call)) if function.node is not None else None
     obj, method = runtime_value(where, func), "forward"
     if not isinstance(obj, torch.nn.Module) and isinstance(func, ast.Attribute):
         obj, method = runtime_value(where, func.value), func.attr
@@ -216,6 +258,27 @@ def callee_of(where: Scope, call: ast.Call) -> Scope | None:
     function = next((m for m in class_node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and m.name == method), None)
     return Scope(source, function, obj, called_from=(where, call)) if function is not None else None
+
+
+def _function_of_user(value) -> Scope | None:
+    """The scope of a function (or bound method) of the user's files that `value` is, with its
+    closure's values and its object; a Scope with no node where it is another kind of function
+    (a library's), None where `value` is no function."""
+    function = value.__func__ if isinstance(value, types.MethodType) else value
+    if not isinstance(function, types.FunctionType):
+        return None
+    code = function.__code__
+    source = None if is_library_file(code.co_filename) else src.load(code.co_filename)
+    node = src.function_for_code(source, code.co_name, code.co_firstlineno) if source is not None else None
+    if node is None or node is source.tree:
+        return Scope(source, None)
+    cells = {}
+    for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+        try:
+            cells[name] = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+    return Scope(source, node, getattr(value, "__self__", None), closure=cells)
 
 
 def returns(scope: Scope) -> list[ast.Return]:
@@ -231,10 +294,17 @@ def runtime_value(where: Scope, expression: ast.AST):
         expression = expression.value
     if not isinstance(expression, ast.Name):
         return None
-    if expression.id == "self":
+    if expression.id == "self" and where.owner is not None:
         obj = where.owner
     elif where.runs:
         obj = where.values.get(expression.id)
+    elif expression.id in where.closure:
+        obj = where.closure[expression.id]
+    elif expression.id in (module := _module_values(where.source)):
+        obj = module[expression.id]  # `bkd`, a class of the file
+    elif (passed := _argument_passed(where, expression.id)) is not None:
+        # `losses_fn(...)`, a parameter: what the caller passed (`self.data.losses_train`).
+        obj = runtime_value(*passed)
     else:
         # A function that has run: `model = self.agent.model` at its top names what `model` is.
         alias = src.last_assignment(where.node, expression.id, expression.lineno)
@@ -248,6 +318,34 @@ def runtime_value(where: Scope, expression: ast.AST):
         except Exception:  # a user's property may raise anything
             return None
     return obj
+
+
+def _module_values(source: src.Source) -> dict:
+    """The globals of the loaded module whose file `source` is (`__main__` for the script), or
+    an empty dict."""
+    name = _module_names.get(source.filename)
+    if name is None or getattr(sys.modules.get(name), "__file__", None) != source.filename:
+        name = next((n for n, m in list(sys.modules.items())
+                     if isinstance(getattr(m, "__file__", None), str) and m.__file__ == source.filename), None)
+        _module_names[source.filename] = name
+    module = sys.modules.get(name) if name is not None else None
+    return vars(module) if module is not None else {}
+
+
+# filename -> module name, found once (a scan of sys.modules).
+_module_names: dict[str, str | None] = {}
+
+
+def _argument_passed(where: Scope, name: str) -> tuple[Scope, ast.expr] | None:
+    """(the calling scope, the argument) its caller passed for the parameter `name` of a function
+    the value was returned from, or None."""
+    arguments = getattr(where.node, "args", None)
+    if where.called_from is None or arguments is None or name not in {
+            a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}:
+        return None
+    scope, call = where.called_from
+    argument = src.argument_for(where.node, call, name)
+    return (scope, argument) if argument is not None else None
 
 
 def live_scope(ctx, index: int) -> Scope | None:

@@ -5,6 +5,7 @@ autograd off."""
 from __future__ import annotations
 
 import ast
+import inspect
 
 import torch
 
@@ -81,6 +82,7 @@ def _explain_from(ctx: Context, source, start: Scope, receiver: ast.expr, call: 
     return found or _kept_without_grad(ctx, source, made) \
         or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
         or _cut_in_helper(ctx, source, receiver, made) or _rewrapped_in_callee(ctx, made) \
+        or _copied_out_of_graph(ctx, made) \
         or _output_unused(ctx, start, made) or _made_of_constants(ctx, made)
 
 
@@ -150,6 +152,141 @@ def _rewraps_below(where: Scope, call: ast.Call, depth: int) -> tuple[Scope, lis
         found = _rewraps_below(callee, inner, depth - 1)
         if found is not None:
             return found
+    return None
+
+
+# Calls that copy the values of what they are given into a new tensor, graph or none.
+_COPIES = ("torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor", "torch.DoubleTensor")
+
+
+def _copied_out_of_graph(ctx: Context, made) -> Finding | None:
+    """deepxde's `PDEOperatorCartesianProd._losses`: `losses = [bkd.reduce_mean(bkd.as_tensor(l))
+    for l in losses]`, where `l` is a tuple of losses and `bkd.as_tensor` returns `torch.as_tensor`
+    of it: a new tensor made of their values, without their graph. A copy (`torch.tensor(x)`,
+    `torch.as_tensor(x)`, or a function of the user's returning one of its parameter) of a
+    sequence whose values come from what trains: in the live frame, a list or tuple holding a
+    tensor that requires grad; in a function that has returned, one made from the output of a
+    module that trains, as far as its names, lists and callers' arguments tell."""
+    for where, assignment in made:
+        value = src.value_of(assignment.stmt)
+        calls = sorted((n for n in ast.walk(value) if isinstance(n, ast.Call)), key=lambda c: (c.lineno, c.col_offset)) \
+            if value is not None else []
+        for call in calls:
+            copied = _copy_of(where, call)
+            if copied is None or not _from_what_trains(where, copied[0], assignment.stmt.lineno):
+                continue
+            copy, factory = copied
+            name = where.source.segment(assignment.target)
+            evidence = Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
+                                facts=(("copy", where.source.segment(call)), ("sequence", where.source.segment(copy)),
+                                       ("factory", factory)))
+            scalars = _scalar_losses(where, copy, assignment.stmt.lineno)
+            return finding("BX009", "run-copied", "no-grad", evidence, [_assigned(where.source, assignment)],
+                           [undo_cut.stack_instead_of_copy(where.source, call, copy, scalars)], "likely")
+    return None
+
+
+def _copy_of(where: Scope, call: ast.Call) -> tuple[ast.expr, str] | None:
+    """(what `call` copies, the torch function that copies it) where `call` is one of `_COPIES`
+    given a name, an item or a list, or a function of the user's that returns one of them of the
+    parameter `call` passes it as."""
+    if len(call.args) != 1 or isinstance(call.args[0], ast.Starred) or _literal(call.args[0]):
+        return None
+    if src.canonical(call.func) in _COPIES:
+        return call.args[0], src.canonical(call.func)
+    callee = callee_of(where, call)
+    arguments = getattr(callee.node, "args", None) if callee is not None else None
+    names = [a.arg for a in arguments.posonlyargs + arguments.args] if arguments is not None else []
+    names = names[1:] if names[:1] == ["self"] and callee.owner is not None else names
+    if not names:
+        return None
+    for returned in returns(callee):
+        inner = returned.value
+        if isinstance(inner, ast.Call) and src.canonical(inner.func) in _COPIES and inner.args \
+                and isinstance(inner.args[0], ast.Name) and inner.args[0].id == names[0]:
+            return call.args[0], src.canonical(inner.func)
+    return None
+
+
+def _from_what_trains(where: Scope, copied: ast.expr, row: int) -> bool:
+    """Whether the sequence `copied` (read on `row`) holds values computed from what trains."""
+    if where.runs and isinstance(copied, ast.Name) and copied.id in where.values:
+        value = where.values[copied.id]
+        return isinstance(value, (list, tuple)) and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in value)
+    names = sorted(src.names_read(_iterated(copied) or copied) - {"self"})
+    return any(isinstance(c, ast.Call) and _trains(runtime_value(scope, c.func))
+               for name in names
+               for scope, assignment in made_from(where, name, row, follow=lambda v: True, through_parameters=True,
+                                                  through_appends=True)
+               for c in ast.walk(src.value_of(assignment.stmt) or assignment.target))
+
+
+def _scalar_losses(where: Scope, copied: ast.expr, row: int) -> bool:
+    """Whether every value the sequence `copied` is filled with, in its own function, is a loss
+    reduced to one number (`loss_fn(...)` where `loss_fn` is `F.mse_loss`): then `torch.stack`
+    takes them as the copy did. Followed through names, `zip`, lists appended to and
+    comprehensions; False at anything else."""
+    pending, seen, produced = [(_iterated(copied) or copied, row)], set(), 0
+    while pending:
+        value, before = pending.pop()
+        if isinstance(value, (ast.ListComp, ast.GeneratorExp)):
+            value = value.elt
+        if isinstance(value, ast.Name):
+            if (value.id, before) in seen or len(seen) > _MAX_PACKED:
+                return False
+            seen.add((value.id, before))
+            made = src.last_assignment(where.node, value.id, before)
+            filled = [made.value] if made is not None and isinstance(made.stmt, ast.Assign) else []
+            filled += [c.args[0] for c in src.appends(where.node, value.id) if len(c.args) == 1
+                       and c.func.attr == "append" and (made is None or made.stmt.lineno < c.lineno < before)]
+            if not filled:
+                return False
+            pending.extend((f, f.lineno) for f in filled)
+        elif isinstance(value, (ast.List, ast.Tuple)):
+            pending.extend((e, e.lineno) for e in value.elts)
+        elif isinstance(value, ast.Starred):
+            pending.append((value.value, before))
+        elif isinstance(value, ast.Call) and src.canonical(value.func) in ("zip", "list", "tuple"):
+            pending.extend((a, a.lineno) for a in value.args)
+        elif isinstance(value, ast.Call) and _reduced_loss(runtime_value(where, value.func), value):
+            produced += 1
+        else:
+            return False
+    return produced > 0
+
+
+# Names followed back from a copied sequence to what fills it.
+_MAX_PACKED = 12
+
+
+def _reduced_loss(function, call: ast.Call) -> bool:
+    """Whether `call` of `function` returns one number: a loss of torch's (a function or module
+    with a `reduction`) not given `reduction="none"`."""
+    if isinstance(function, torch.nn.modules.loss._Loss):
+        reduced = function.reduction != "none"
+    else:
+        try:
+            reduced = getattr(function, "__module__", "") == "torch.nn.functional" \
+                and "reduction" in inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return False
+    keyword = next((k.value for k in call.keywords if k.arg == "reduction"), None)
+    return reduced and (keyword is None or isinstance(keyword, ast.Constant) and keyword.value in ("mean", "sum"))
+
+
+def _iterated(name: ast.expr) -> ast.expr | None:
+    """`losses` for the `l` of `[... for l in losses]` around it: what a comprehension's
+    variable takes its values from."""
+    if not isinstance(name, ast.Name):
+        return None
+    node = src.parent(name)
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            for generator in node.generators:
+                if name.id in {n.id for n in ast.walk(generator.target) if isinstance(n, ast.Name)}:
+                    return generator.iter
+        node = src.parent(node)
     return None
 
 
