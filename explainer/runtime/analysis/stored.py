@@ -23,7 +23,12 @@ def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, c
     fixes = []
     memo = stop_caching.stop_caching(located.source, located.class_node, located.store, located.target_text) \
         if located is not None and located.class_node is not None and isinstance(located.store, ast.Assign) else None
-    if memo is not None and leaves_under(candidate.binding.value.grad_fn):
+    keyed = stop_caching.keyed_cache(located)
+    if keyed is not None:
+        # Rebuilt only when its key changes (torch-pme's cell): rebuilt on every call, as
+        # torch-pme's maintainers did, it holds that call's graph.
+        fixes.append(stop_caching.rebuild_every_call(located.source, keyed))
+    elif memo is not None and leaves_under(candidate.binding.value.grad_fn):
         # A memo the class computes anew where it is None (robustness_of_gnns' `self.adj_preped`),
         # made from tensors that train: detached, it would stop training them after the first call.
         fixes.append(memo)
