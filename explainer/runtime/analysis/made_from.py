@@ -108,9 +108,8 @@ def _passed_as(where: Scope, name: str) -> tuple | None:
     """(scope, expression, row) of the argument the caller passed for the parameter `name` of
     `where`'s function, or None when `name` is not one of its parameters."""
     if where.called_from is not None:
-        scope, call = where.called_from
-        argument = src.argument_for(where.node, call, name)
-        return (scope, src.canonical(argument), call.lineno) if argument is not None else None
+        passed = _argument_passed(where, name)
+        return (passed[0], src.canonical(passed[1]), where.called_from[1].lineno) if passed is not None else None
     if where.caller is not None:
         return where.caller(name)
     return None
@@ -300,11 +299,11 @@ def runtime_value(where: Scope, expression: ast.AST):
         obj = where.values.get(expression.id)
     elif expression.id in where.closure:
         obj = where.closure[expression.id]
-    elif expression.id in (module := _module_values(where.source)):
-        obj = module[expression.id]  # `bkd`, a class of the file
     elif (passed := _argument_passed(where, expression.id)) is not None:
         # `losses_fn(...)`, a parameter: what the caller passed (`self.data.losses_train`).
         obj = runtime_value(*passed)
+    elif not _local(where, expression.id) and expression.id in (module := _module_values(where.source)):
+        obj = module[expression.id]  # `bkd`, a class of the file
     else:
         # A function that has run: `model = self.agent.model` at its top names what `model` is.
         alias = src.last_assignment(where.node, expression.id, expression.lineno)
@@ -320,20 +319,28 @@ def runtime_value(where: Scope, expression: ast.AST):
     return obj
 
 
+def _local(where: Scope, name: str) -> bool:
+    """Whether `name` is a parameter of `where`'s function or assigned in it."""
+    arguments = getattr(where.node, "args", None)
+    parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs} \
+        if arguments is not None else set()
+    return name in parameters or bool(src.assignments(where.node, name))
+
+
 def _module_values(source: src.Source) -> dict:
     """The globals of the loaded module whose file `source` is (`__main__` for the script), or
     an empty dict."""
-    name = _module_names.get(source.filename)
-    if name is None or getattr(sys.modules.get(name), "__file__", None) != source.filename:
-        name = next((n for n, m in list(sys.modules.items())
-                     if isinstance(getattr(m, "__file__", None), str) and m.__file__ == source.filename), None)
-        _module_names[source.filename] = name
-    module = sys.modules.get(name) if name is not None else None
+    known = _module_names.get(source.filename)
+    if known is None or known and getattr(sys.modules.get(known), "__file__", None) != source.filename:
+        _module_names[source.filename] = next(
+            (n for n, m in list(sys.modules.items())
+             if isinstance(getattr(m, "__file__", None), str) and m.__file__ == source.filename), "")
+    module = sys.modules.get(_module_names[source.filename])
     return vars(module) if module is not None else {}
 
 
-# filename -> module name, found once (a scan of sys.modules).
-_module_names: dict[str, str | None] = {}
+# filename -> module name ("" where no module has that file), found by a scan of sys.modules.
+_module_names: dict[str, str] = {}
 
 
 def _argument_passed(where: Scope, name: str) -> tuple[Scope, ast.expr] | None:
