@@ -258,11 +258,23 @@ def function_for_code(source: Source, name: str, first_line: int) -> ast.AST:
 
 def class_named(source: Source, name: str, containing_row: int | None = None) -> ast.ClassDef | None:
     best = None
-    for node in ast.walk(source.tree):
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            if containing_row is None or node.lineno <= containing_row <= node.end_lineno:
-                best = node
+    for node in _classes(source.tree).get(name, ()):
+        if containing_row is None or node.lineno <= containing_row <= node.end_lineno:
+            best = node
     return best
+
+
+def _classes(tree: ast.AST) -> dict[str, list[ast.ClassDef]]:
+    """Every class of the tree by name, in walk order (a model's classes are looked up by name
+    once per module of the model)."""
+    def build() -> dict[str, list[ast.ClassDef]]:
+        found: dict[str, list[ast.ClassDef]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(node)
+        return found
+
+    return cached(tree, "_classes_by_name", build)
 
 
 def cached(node: ast.AST, name: str, compute, *, subtree_only: bool = False):
