@@ -47,6 +47,11 @@ NOT_YET: dict[str, str] = {
     "real/mmcv_cumulative_hook_with_optimizer_hook": "named `self.outputs` (145), the runner's alias, not `outputs` "
                                                      "(144) where train_step made it; no fix: the twin registers one "
                                                      "optimizer hook instead of two, in the config",
+    "real/botorch_pairwise_gp_stale_laplace_graph": "`self.utility` (104) is named, but no fix: the state kept "
+                                                    "for prediction is read in eval mode, and the twin detaches "
+                                                    "every such read, not the store the training loss needs",
+    "real/quaterion_xbm_buffer_view_overwritten": "named as an unbound `a [8, 4] tensor` at the distance (167), not "
+                                                  "`self._embeddings` where `get()` hands out the view (39); no fix",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "
