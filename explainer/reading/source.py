@@ -600,6 +600,20 @@ def is_none_check(node: ast.AST | None, expression: str) -> bool:
         and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
 
 
+def parameter_names(function: ast.AST) -> set[str]:
+    """The names of `function`'s parameters (`*args` and `**kwargs` too); none for a module."""
+    arguments = getattr(function, "args", None)
+    if arguments is None:
+        return set()
+    return {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                            arguments.vararg, arguments.kwarg) if a is not None}
+
+
+def is_local(function: ast.AST, name: str) -> bool:
+    """A parameter of `function`, or a name it assigns."""
+    return name in parameter_names(function) or bool(assignments(function, name))
+
+
 def argument_for(function: ast.AST, call: ast.Call, name: str) -> ast.expr | None:
     """The argument of `call` bound to the parameter `name` of `function` (its `self` skipped
     when the call names a method or a model)."""

@@ -822,7 +822,7 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
     if isinstance(node, ast.Name):
         last = src.last_assignment(scope, node.id, before)
         if last is None and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and not _local(scope, node.id):  # a global of the module: `model = nn.GRU(...)` at the top
+                and not src.is_local(scope, node.id):  # a global of the module: `model = nn.GRU(...)` at the top
             module = src.module_of(scope)
             return any(a.value is not None and is_module(a.value, module, a.stmt.lineno, depth + 1)
                        for a in src.assignments(module, node.id))
@@ -846,14 +846,6 @@ def _parameters_taken(scope: ast.AST) -> frozenset[str]:
         src.canonical(n.func.value) for n in src.own_nodes(scope)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
         and n.func.attr in ("parameters", "named_parameters") and not n.args))
-
-
-def _local(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
-    """A parameter of `function`, or a name it assigns."""
-    arguments = function.args
-    return name in {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                                    arguments.vararg, arguments.kwarg) if a is not None} \
-        or bool(src.assignments(function, name))
 
 
 # Module classes without parameters (`nn.MSELoss()`, `nn.ReLU()`): calling one adds history

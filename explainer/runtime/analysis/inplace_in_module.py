@@ -319,7 +319,7 @@ def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: boo
     if function is None or src.last_assignment(function, name, write.lineno) is not None:
         return None
     for _ in range(_MAX_PASSED_DOWN):
-        if owner is None or function.name != "forward" or not _parameter(function, name):
+        if owner is None or function.name != "forward" or name not in src.parameter_names(function):
             return None
         calls = list({id(call): (source, method, call) for source, method, call in _calls_of(ctx, owner)}.values())
         if len(calls) != 1:
@@ -342,11 +342,6 @@ def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: boo
 
 # Modules a tensor is followed up through, from the forward that wrote it to the one that made it.
 _MAX_PASSED_DOWN = 4
-
-
-def _parameter(function: ast.AST, name: str) -> bool:
-    arguments = function.args
-    return name in {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}
 
 
 def _calls_of(ctx, class_node: ast.ClassDef):

@@ -302,7 +302,7 @@ def runtime_value(where: Scope, expression: ast.AST):
     elif (passed := _argument_passed(where, expression.id)) is not None:
         # `losses_fn(...)`, a parameter: what the caller passed (`self.data.losses_train`).
         obj = runtime_value(*passed)
-    elif not _local(where, expression.id) and expression.id in (module := _module_values(where.source)):
+    elif not src.is_local(where.node, expression.id) and expression.id in (module := _module_values(where.source)):
         obj = module[expression.id]  # `bkd`, a class of the file
     else:
         # A function that has run: `model = self.agent.model` at its top names what `model` is.
@@ -317,14 +317,6 @@ def runtime_value(where: Scope, expression: ast.AST):
         except Exception:  # a user's property may raise anything
             return None
     return obj
-
-
-def _local(where: Scope, name: str) -> bool:
-    """Whether `name` is a parameter of `where`'s function or assigned in it."""
-    arguments = getattr(where.node, "args", None)
-    parameters = {a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs} \
-        if arguments is not None else set()
-    return name in parameters or bool(src.assignments(where.node, name))
 
 
 def _module_values(source: src.Source) -> dict:
@@ -346,9 +338,7 @@ _module_names: dict[str, str] = {}
 def _argument_passed(where: Scope, name: str) -> tuple[Scope, ast.expr] | None:
     """(the calling scope, the argument) its caller passed for the parameter `name` of a function
     the value was returned from, or None."""
-    arguments = getattr(where.node, "args", None)
-    if where.called_from is None or arguments is None or name not in {
-            a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs}:
+    if where.called_from is None or name not in src.parameter_names(where.node):
         return None
     scope, call = where.called_from
     argument = src.argument_for(where.node, call, name)
