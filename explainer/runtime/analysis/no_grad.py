@@ -200,15 +200,11 @@ def _copy_of(where: Scope, call: ast.Call) -> tuple[ast.expr, str] | None:
     if src.canonical(call.func) in _COPIES:
         return call.args[0], src.canonical(call.func)
     callee = callee_of(where, call)
-    arguments = getattr(callee.node, "args", None) if callee is not None else None
-    names = [a.arg for a in arguments.posonlyargs + arguments.args] if arguments is not None else []
-    names = names[1:] if names[:1] == ["self"] and callee.owner is not None else names
-    if not names:
-        return None
-    for returned in returns(callee):
+    for returned in returns(callee) if callee is not None else ():
         inner = returned.value
         if isinstance(inner, ast.Call) and src.canonical(inner.func) in _COPIES and inner.args \
-                and isinstance(inner.args[0], ast.Name) and inner.args[0].id == names[0]:
+                and isinstance(inner.args[0], ast.Name) \
+                and src.argument_for(callee.node, call, inner.args[0].id) is call.args[0]:
             return call.args[0], src.canonical(inner.func)
     return None
 
