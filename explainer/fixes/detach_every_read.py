@@ -28,3 +28,17 @@ def detach_the_other_reads(source: src.Source, name: str, plain: list[ast.Name],
     return Fix(f"Detach `{name}` where line{'s' if len(plain) > 1 else ''} {rows} read{'' if len(plain) > 1 else 's'} "
                f"it, as line {detached.lineno} does: those reads go back into a graph made once, which the first "
                f"backward frees", tuple(replace(source, n, f"{name}.detach()") for n in plain), "unsafe")
+
+
+def detach_reads_outside_training(source: src.Source, method: ast.AST, reads: list[ast.expr]) -> Fix:
+    """`covar_chol = self.covar_chol.detach()` where `forward` predicts with what the last fit
+    kept on the model (BoTorch's PairwiseGP, 44e296c8): the fit needs their graphs, a prediction
+    only their values."""
+    names = list(dict.fromkeys(source.segment(n) for n in reads))
+    listed = ", ".join(f"`{n}`" for n in names)
+    rows = sorted({n.lineno for n in reads})
+    where = f"line{'s' if len(rows) > 1 else ''} {', '.join(str(r) for r in rows)}"
+    return Fix(f"Detach {listed} where `{method.name}` reads {'them' if len(names) > 1 else 'it'} when the model is "
+               f"not training ({where}): {'they reach' if len(names) > 1 else 'it reaches'} the graph of the last "
+               f"training pass, which its backward freed",
+               tuple(replace(source, n, f"{source.segment(n)}.detach()") for n in reads))

@@ -600,6 +600,26 @@ def is_none_check(node: ast.AST | None, expression: str) -> bool:
         and isinstance(node.comparators[0], ast.Constant) and node.comparators[0].value is None
 
 
+def outside_training(function: ast.AST) -> list[ast.stmt]:
+    """The blocks' statements of `function` that run only when its module is not training: the
+    `else:` of `if self.training:` and the body of `if not self.training:` (BoTorch's PairwiseGP
+    predicts there from what its last fit kept)."""
+    def training_test(test: ast.expr) -> bool:
+        return isinstance(test, ast.Attribute) and test.attr == "training" \
+            and isinstance(test.value, ast.Name) and test.value.id == "self"
+
+    found = []
+    for node in ast.walk(function):
+        if not isinstance(node, ast.If):
+            continue
+        if training_test(node.test):
+            found.extend(node.orelse)
+        elif isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not) \
+                and training_test(node.test.operand):
+            found.extend(node.body)
+    return found
+
+
 def parameter_names(function: ast.AST) -> set[str]:
     """The names of `function`'s parameters (`*args` and `**kwargs` too); none for a module."""
     arguments = getattr(function, "args", None)

@@ -8,6 +8,7 @@ import dataclasses
 import torch
 
 from ...fixes import (
+    detach_every_read,
     detach_for_first_consumer,
     graph_options,
     own_value,
@@ -19,11 +20,11 @@ from ...fixes.edits import node_start, overlapping
 from ...model import Finding, Fix
 from ...reading import source as src
 from ...reading.training import next_in_its_loop
-from .. import naming
+from .. import graph, naming
 from ..records import BackwardCall
 from .context import Context
 from .evidence import culprit, culprit_at, finding, freed_graph
-from .locate import Candidate, Located, class_source, step_row_in
+from .locate import Candidate, Located, class_source, source_of_class, step_row_in
 from .made_from import live_scope, made_from
 from .trained import left_unused, optimizer_parameters, parameters_under, trained_by
 
@@ -47,6 +48,8 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
     fixes: list[Fix | None] = []
     advice = "after-step"
     function = src.enclosing_function(failing) if failing is not None else None
+    if located is not None:
+        fixes.append(_detach_where_not_training(ctx, candidate, previous))
     if located is not None and function is not None and located.scope is located.source.tree \
             and isinstance(located.store, ast.stmt) and located.source is source:
         # A module-level tensor read inside the training function, which makes its own.
@@ -86,6 +89,82 @@ def explain_shared(ctx: Context, candidate: Candidate, previous: BackwardCall, f
         advice = "sum-losses"
     return finding("BX006", "run-shared", "second-backward", freed_graph(ctx, name, located, previous, advice),
                    [culprit(ctx, candidate)], fixes, "certain" if located is not None else "likely")
+
+
+def _detach_where_not_training(ctx: Context, candidate: Candidate, previous: BackwardCall) -> Fix | None:
+    """A model in eval mode whose `forward` predicts, in its `else:` of `if self.training:`, from
+    tensors its last training pass kept on it (BoTorch's PairwiseGP, fitted, then asked for the
+    gradient of its posterior mean): detach every such read there. Offered only where these cuts
+    stop this backward from reaching any history older than the last backward; unsafe where a
+    detached value also carries this pass's own path to a weight."""
+    binding, mark = candidate.binding, previous.mark
+    owner = binding.owner
+    if not isinstance(owner, torch.nn.Module) or owner.training or not binding.steps \
+            or binding.steps[-1][0] != "attr":
+        return None
+    kept = {name: value for name, value in {**vars(owner), **owner._buffers}.items()
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None}
+    for cls in type(owner).__mro__:
+        if cls.__module__.startswith("torch"):
+            break
+        source, class_node = source_of_class(cls)
+        for method in getattr(class_node, "body", []):
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            reads = [node for stmt in src.outside_training(method) for node in ast.walk(stmt)
+                     if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+                     and isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in kept
+                     and not _detached(node)]
+            stale = {node.attr for node in reads if _reaches_older(kept[node.attr].grad_fn, mark)}
+            if not stale:
+                continue
+            cut = {id(kept[name].grad_fn) for name in stale}
+            if _stale_around(ctx.root_nodes(), cut, mark):
+                continue
+            for name in sorted(stale):
+                # Made this pass from what the others cut (`self.mixed = self.fitted * self.scale`):
+                # left whole, it keeps the gradient its own weights get now.
+                own = id(kept[name].grad_fn)
+                if not _stale_around([kept[name].grad_fn], cut - {own}, mark):
+                    stale.discard(name)
+                    cut.discard(own)
+            fix = detach_every_read.detach_reads_outside_training(
+                source, method, [node for node in reads if node.attr in stale])
+            current = any(_trains_now(kept[name].grad_fn, mark) for name in stale)
+            return fix.unproven() if current else fix
+    return None
+
+
+def _detached(node: ast.expr) -> bool:
+    parent = src.parent(node)
+    return isinstance(parent, ast.Attribute) and parent.attr == "detach"
+
+
+def _reaches_older(grad_fn, mark: int) -> bool:
+    """Whether the graph below `grad_fn` holds history made before `mark`."""
+    return grad_fn._sequence_nr() < mark or bool(graph.stale_boundary(graph.walk([grad_fn], expand=lambda seq: seq >= mark), mark))
+
+
+def _trains_now(grad_fn, mark: int) -> bool:
+    """Whether a weight gets a gradient from `grad_fn` through history made since `mark`."""
+    walk = graph.walk([grad_fn], expand=lambda seq: seq >= mark)
+    return any(graph.is_leaf(node) and any(walk.seq[c] >= mark for c in walk.consumers[key])
+               for key, node in walk.nodes.items())
+
+
+def _stale_around(roots, cut: set[int], mark: int) -> bool:
+    """Whether history made before `mark` is reached from `roots` other than through `cut`."""
+    seen, queue = set(), [r for r in roots if r is not None]
+    while queue:
+        node = queue.pop()
+        if id(node) in seen or id(node) in cut:
+            continue
+        seen.add(id(node))
+        if node._sequence_nr() < mark and not graph.is_leaf(node):
+            return True
+        if node._sequence_nr() >= mark:
+            queue.extend(child for child, _ in graph.children(node) if child is not None)
+    return False
 
 
 def where_they_meet(ctx: Context, candidate: Candidate, previous: BackwardCall) -> Located | None:
