@@ -56,7 +56,6 @@ HOOKED_WRONG = {
     "real/deep_object_reid_center_loss_step_before_total_backward",
     "real/glow_affine_coupling_inplace_z2",
     "real/keras_stateful_lstm_state_assign",
-    "real/quaterion_xbm_buffer_view_overwritten",
     "real/styletts2_slm_disc_step_before_gen",
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
+from ..reading import source as src
 from ..reading.source import Source
 from .edits import imports_torch, insert_lines_before, replace, statement_text
 
@@ -41,16 +42,21 @@ def out_of_place(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
                (insert_lines_before(source, stmt, [f"{name} = {name}.clone()"]),))
 
 
-def copy_where_read(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
+def copy_where_read(source: Source, stmts: list[ast.stmt], name: str) -> Fix | None:
     """`torch.einsum(..., [q, self.queue])` -> `[q, self.queue.clone()]`: the graph saves a copy,
-    and the state may then be written into in place as before (MoCo's queue)."""
-    reads = [node for node in ast.walk(stmt) if isinstance(node, (ast.Name, ast.Attribute))
+    and the state may then be written into in place as before (MoCo's queue). In each of `stmts`:
+    every statement through which the graph may get the state (both returns of Quaterion's
+    `XbmBuffer.get`)."""
+    reads = [node for stmt in stmts for node in ast.walk(stmt) if isinstance(node, (ast.Name, ast.Attribute))
              and isinstance(node.ctx, ast.Load) and source.segment(node) == name]
     if not reads:
         return None
+    # A slice is copied, not the whole state it is cut from (`self._embeddings[: self._pointer]`).
+    copied = [parent if isinstance(parent := src.parent(node), ast.Subscript) and parent.value is node else node
+              for node in reads]
     return Fix(f"Give the graph a copy of `{name}` where it reads it (`{name}.clone()`): the state "
                f"is then written into in place as before, and the graph keeps the value it saved",
-               tuple(replace(source, node, f"{name}.clone()") for node in reads))
+               tuple(replace(source, node, f"{source.segment(node)}.clone()") for node in copied))
 
 
 def replace_state(source: Source, stmt: ast.stmt, name: str) -> Fix | None:

@@ -1067,14 +1067,15 @@ def _changed_by_user(ctx, source, scope, failing, failing_key, detail: InplaceDe
         read = None
         fixes = [fix]
         if change is None:
-            # Module state written into in a method (`self.bank[idx] = feats` in forward).
-            where, change, name, read = _change_in_class(binding)
+            # Module state written into in place in a method (`self.bank[idx] = feats` in forward).
+            where, change, name, reads = _change_in_class(binding)
             if change is None:
                 continue
             fixes = [out_of_place.replace_state(where, change, name)]
+            read = _read_saved(reads, binding.value.numel() > math.prod(detail.shape)) if reads else None
             if read is not None and not binding.value.requires_grad:
                 # MoCo's queue: the graph gets a copy where it reads the state, as upstream does.
-                fixes.insert(0, out_of_place.copy_where_read(where, read, name))
+                fixes.insert(0, out_of_place.copy_where_read(where, reads, name))
         code = where.segment(change)
         anchor = change.target if isinstance(change, ast.AugAssign) else change
         culprits = [culprit_at(name, where, node_start(where, anchor))]
@@ -1126,10 +1127,10 @@ def _changed_by_its_backward(ctx, node, detail: InplaceDetail | None) -> Finding
 
 
 def _change_in_class(binding) -> tuple:
-    """(source, statement, `self.<attribute>`, the statement whose graph read it) where the
-    class of the object holding `binding` writes into that attribute in place, or four Nones.
-    The read is the one statement of another method (not `__init__`) that reads the attribute,
-    when there is exactly one: the graph saved what it read there."""
+    """(source, statement, `self.<attribute>`, the statements that read it) where the class of
+    the object holding `binding` writes into that attribute in place, or four Nones. The reads
+    are those of one other method (not `__init__`), when only one reads it: the graph saved
+    what it read there."""
     if binding.owner is None or not binding.steps or binding.steps[-1][0] != "attr":
         return None, None, None, None
     source, class_node = class_source(binding.owner)
@@ -1142,12 +1143,26 @@ def _change_in_class(binding) -> tuple:
     if not writes:
         return None, None, None, None
     writer, change = writes[-1]
-    reads = {id(stmt): stmt for method in methods if method is not writer and method.name != "__init__"
+    reads = {id(stmt): (method, stmt) for method in methods if method is not writer and method.name != "__init__"
              for read in src.reads(method, name)
              for stmt in [src.innermost_statement(method, read.lineno)]
              if stmt is not None and not _writes_into(stmt, name)}
-    read = next(iter(reads.values())) if len(reads) == 1 else None
-    return source, change, name, read
+    if len({id(method) for method, _ in reads.values()}) != 1:
+        return source, change, name, []
+    return source, change, name, sorted((stmt for _, stmt in reads.values()), key=lambda s: s.lineno)
+
+
+def _read_saved(reads: list[ast.stmt], part: bool) -> ast.stmt | None:
+    """Of the statements that read the state, the one whose value the graph saved: the only one,
+    or, where the graph saved only `part` of the state, the only one that slices it
+    (`self._embeddings[: self._pointer]`, not the whole buffer returned once it is full)."""
+    if len(reads) == 1:
+        return reads[0]
+    if not part:
+        return None
+    sliced = [stmt for stmt in reads if any(isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                                            and isinstance(node.value, ast.Attribute) for node in ast.walk(stmt))]
+    return sliced[0] if len(sliced) == 1 else None
 
 
 def _modified_bindings(ctx, failing_key, detail: InplaceDetail | None) -> list:
@@ -1158,6 +1173,11 @@ def _modified_bindings(ctx, failing_key, detail: InplaceDetail | None) -> list:
     numel = math.prod(detail.shape)
     found = [b for b in ctx.bindings() if b.value._version == detail.version and b.value.numel() == numel
              and not (b.value.is_leaf and b.value.requires_grad)]
+    if not found:
+        # The graph saved a view of it, which shares its version (Quaterion's ring buffer, its
+        # slice transposed by a matmul).
+        found = [b for b in ctx.bindings() if b.value._version == detail.version and b.value.numel() > numel
+                 and _may_view(b.value.shape, detail.shape) and not (b.value.is_leaf and b.value.requires_grad)]
 
     def rebased(binding) -> bool:
         grad_fn = binding.value.grad_fn
@@ -1166,6 +1186,12 @@ def _modified_bindings(ctx, failing_key, detail: InplaceDetail | None) -> list:
         return any(child is not None and id(child) == failing_key for child, _ in graph.children(grad_fn))
 
     return sorted(found, key=lambda b: not rebased(b))
+
+
+def _may_view(shape, part) -> bool:
+    """Whether a view of a tensor of `shape` can have the shape `part`: as many dimensions, each
+    no longer than one of its own (a slice, then a transpose)."""
+    return len(shape) == len(part) and all(a <= b for a, b in zip(sorted(part), sorted(shape)))
 
 
 def _last_inplace_change(scope: ast.AST, name: str, before: int) -> ast.stmt | None:
