@@ -154,6 +154,43 @@ MINIMAX = """
         optimizer.step()
 """
 
+# BoTorch's PairwiseGP (PR 3272): a fit keeps tensors on the model; its eval-mode forward predicts
+# from them, and the gradient of the prediction runs into the fit's freed graph.
+PREDICT_FROM_FIT = """
+    import torch
+
+
+    class Smoother(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(3))
+            self.fitted = None
+
+        def fit_state(self, x):
+            self.fitted = (x * self.scale).mean(0)  # culprit
+
+        def forward(self, x):
+            if self.training:
+                self.fit_state(x)
+                return (self.fitted - x).pow(2).mean()
+            else:
+{predict}
+
+
+    model = Smoother()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    for _ in range(2):
+        opt.zero_grad()
+        model(torch.randn(5, 3)).backward()
+        opt.step()
+    model.eval()
+    probe = torch.randn(5, 3, requires_grad=True)
+    model(probe).backward()
+    print(probe.grad.sum())
+"""
+
+
 # name: (kind, culprit, script)
 INFERENCE_EVAL = """
     import torch
@@ -839,6 +876,51 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # Quaterion's XbmBuffer (issue 181): `get()` hands out a slice of the ring buffer, a matmul
+    # saves it transposed, and `push()` writes the next batch into the buffer before the backward.
+    "a slice of a ring buffer saved by the graph, then written into": ("inplace-modified", "self.bank", """
+        import torch
+
+
+        class Memory:
+            def __init__(self):
+                self.bank = torch.zeros(8, 4)
+                self.pointer = 0
+                self.full = False
+
+            def get(self):
+                if self.full:
+                    return self.bank
+                return self.bank[: self.pointer]  # culprit
+
+            def push(self, feats):
+                self.bank[self.pointer: self.pointer + len(feats)] = feats
+                self.pointer = (self.pointer + len(feats)) % len(self.bank)
+                self.full = self.full or self.pointer == 0
+
+
+        net = torch.nn.Linear(3, 4)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        memory = Memory()
+        for step in range(3):
+            feats = net(torch.randn(2, 3))
+            loss = feats.pow(2).mean()
+            if step:
+                loss = loss + (feats @ memory.get().t()).mean()
+            memory.push(feats.detach())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    "a model predicting in eval mode from what its last training pass kept on it": ("second-backward", "self.fitted",
+        PREDICT_FROM_FIT.format(predict="                return (x * self.fitted).sum()")),
+    "a model predicting in eval mode from a value it makes there of what its last training pass kept": (
+        "second-backward", "self.fitted", PREDICT_FROM_FIT.format(
+            predict="                self.mixed = self.fitted * self.scale\n                return (x * self.mixed).sum()")),
+    "a model predicting in eval mode from a value a helper makes of what its last training pass kept": (
+        "second-backward", "self.fitted", PREDICT_FROM_FIT.format(
+            predict="                self.refresh()\n                return (x * self.blend).sum()\n\n"
+                    "        def refresh(self):\n            self.blend = self.fitted * self.scale")),
     "a layer's state filed in a dict of lists under the key its loop gives, by a method no frame runs": (
         "second-backward", "hh", LAYERWISE_STATES.format(loop="for name, cell in self.cells.items()", key="name")),
     "a layer's state filed under its own name, by a method no frame runs": (
@@ -2283,6 +2365,18 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     ("a loss assigned in each branch of an if, after a step", "safe",
      '    d_opt.step()\n    disc_vars_g = disc(fake)\n    if losstype == "gan":\n        gen_loss = -disc_vars_g.mean()\n'
      '    else:\n        gen_loss = -disc_vars_g.exp().mean()\n', "disc_loss = disc_vars_d.mean()\n        gen_loss = -disc_vars_g.mean()\n    else:\n        gen_loss"),
+    # Both returns of `get()` hand out the buffer; the slice is copied, not the whole buffer.
+    ("a slice of a ring buffer saved by the graph, then written into", "safe",
+     "            return self.bank.clone()\n        return self.bank[: self.pointer].clone()", ""),
+    # Only the read in the `else:` of `if self.training:`; the fit keeps its graph.
+    ("a model predicting in eval mode from what its last training pass kept on it", "safe",
+     "return (x * self.fitted.detach()).sum()", "return (self.fitted.detach()"),
+    # What the cut already covers stays whole: the prediction still trains `scale` through it.
+    ("a model predicting in eval mode from a value it makes there of what its last training pass kept", "safe",
+     "self.mixed = self.fitted.detach() * self.scale", "self.mixed.detach()"),
+    # The helper's read is outside the branch: cutting `self.blend` also cuts `scale`'s gradient now.
+    ("a model predicting in eval mode from a value a helper makes of what its last training pass kept", "unsafe",
+     "return (x * self.blend.detach()).sum()", ""),
     ("a term both updates add to their losses", "unsafe", "update_params(quantile_optim, quantile_loss)", ""),
     ("every optimizer steps in the loop over the losses", "unsafe",
      "            loss.backward(retain_graph=i < len(opt) - 1)\n        for o in opt:\n            o.step()", ""),
