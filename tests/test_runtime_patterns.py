@@ -876,6 +876,54 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # smee's valence energies (PR 9): functions, not modules, normalise their vectors in place
+    # after `torch.norm` read them; the torsion's second cross product fails first.
+    "vectors normalised in place by plain functions after the norm read them": ("inplace-modified", "b", """
+        import torch
+
+
+        def angle_energy(pos):
+            ab = pos[1:] - pos[:-1]
+            ab /= torch.norm(ab, dim=1).unsqueeze(1)
+            return ab.sum()
+
+
+        def torsion_energy(pos):
+            a = torch.cross(pos[:-2], pos[1:-1], dim=1)
+            b = torch.cross(pos[1:-1], pos[2:], dim=1)  # culprit
+            a /= torch.norm(a, dim=1).unsqueeze(1)
+            b /= torch.norm(b, dim=1).unsqueeze(1)
+            return (a * b).sum()
+
+
+        ENERGIES = {"angle": angle_energy, "torsion": torsion_energy}
+        pos = torch.randn(5, 3, requires_grad=True)
+        opt = torch.optim.SGD([pos], lr=0.01)
+        for _ in range(2):
+            opt.zero_grad()
+            energy = sum(f(pos) for f in ENERGIES.values())
+            energy.backward()
+            opt.step()
+    """),
+    # torchaudio's Griffin-Lim (issue 729): `angles.div_(norm(angles).add_(eps))`, its result
+    # assigned; the norm saved both its input and its result, and both calls write in place.
+    "an in-place call whose result is assigned, dividing by a norm of itself": ("inplace-modified", "x", """
+        import torch
+
+
+        def normalise(x):
+            x = x * 2.0  # culprit
+            x = x.div_(torch.norm(x, dim=-1, keepdim=True).add_(1e-6))
+            return x
+
+
+        w = torch.nn.Parameter(torch.randn(4, 3))
+        opt = torch.optim.SGD([w], lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            normalise(w).sum().backward()
+            opt.step()
+    """),
     # Quaterion's XbmBuffer (issue 181): `get()` hands out a slice of the ring buffer, a matmul
     # saves it transposed, and `push()` writes the next batch into the buffer before the backward.
     "a slice of a ring buffer saved by the graph, then written into": ("inplace-modified", "self.bank", """
@@ -2365,6 +2413,11 @@ def test_the_one_line_idiom_names_the_backward_that_freed_the_graph(explain_run,
     ("a loss assigned in each branch of an if, after a step", "safe",
      '    d_opt.step()\n    disc_vars_g = disc(fake)\n    if losstype == "gan":\n        gen_loss = -disc_vars_g.mean()\n'
      '    else:\n        gen_loss = -disc_vars_g.exp().mean()\n', "disc_loss = disc_vars_d.mean()\n        gen_loss = -disc_vars_g.mean()\n    else:\n        gen_loss"),
+    # The torsion's pair, and the angle's write of the same kind, which the next backward would meet.
+    ("vectors normalised in place by plain functions after the norm read them", "safe",
+     "    a = a / torch.norm(a, dim=1).unsqueeze(1)\n    b = b / torch.norm(b, dim=1).unsqueeze(1)", "/="),
+    ("an in-place call whose result is assigned, dividing by a norm of itself", "safe",
+     "x = x.div(torch.norm(x, dim=-1, keepdim=True).add(1e-6))", ""),
     # Both returns of `get()` hand out the buffer; the slice is copied, not the whole buffer.
     ("a slice of a ring buffer saved by the graph, then written into", "safe",
      "            return self.bank.clone()\n        return self.bank[: self.pointer].clone()", ""),

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Fix
+from ..model import Edit, Fix, Location
 from ..reading import source as src
 from ..reading.source import Source
-from .edits import imports_torch, insert_lines_before, replace, statement_text
+from .edits import imports_torch, insert_lines_before, node_end, replace, statement_text
 
 # In-place methods without an out-of-place twin of the same name: those get the clone.
 _NO_TWIN = {"copy_", "zero_", "fill_", "fill_diagonal_", "set_", "resize_", "resize_as_", "normal_",
@@ -30,6 +30,25 @@ def _rewritten(source: Source, stmt: ast.stmt, name: str) -> str | None:
         arguments = source.segment(call)[len(source.segment(call.func)):]
         return f"{name} = {source.segment(call.func.value)}.{call.func.attr[:-1]}{arguments}"
     return None
+
+
+def calls_out_of_place(source: Source, stmt: ast.stmt) -> Fix | None:
+    """`angles = angles.div_(norm(angles).add_(1e-16))` -> `angles.div(norm(angles).add(1e-16))`:
+    each in-place call whose result the statement uses is called out of place, since the graph
+    may have saved what any of them wrote into (torchaudio's Griffin-Lim, PR 730). None where one
+    has no out-of-place twin, or where none is found."""
+    calls = [node for node in ast.walk(stmt) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr.endswith("_") and not node.func.attr.endswith("__")]
+    if not calls or any(call.func.attr in _NO_TWIN for call in calls):
+        return None
+    edits = []
+    for call in sorted(calls, key=lambda c: (c.func.end_lineno, c.func.end_col_offset)):
+        end = node_end(source, call.func)
+        edits.append(Edit(source.filename, call.func.attr[:-1], Location(end.row, end.column - len(call.func.attr)), end))
+    names = ", ".join(f"`{call.func.attr}`" for call in sorted(calls, key=lambda c: c.func.end_col_offset))
+    return Fix(f"Call {names} out of place (without the trailing `_`) in line {stmt.lineno}: each writes into "
+               f"a tensor an earlier operation may have saved for the backward, and the statement uses "
+               f"what it returns", tuple(edits))
 
 
 def out_of_place(source: Source, stmt: ast.stmt, name: str) -> Fix | None:

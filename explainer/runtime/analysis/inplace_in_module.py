@@ -29,7 +29,7 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     if failing_key is None:
         return None
     saver = _operation(walk.nodes[failing_key])
-    writes, result_saved = _writes_after(ctx, walk, failing_key)
+    writes, result_saved = _writes_after(ctx, walk, failing_key, detail)
     if not writes:
         return None
     # The write into what the saving operation made comes first (QMCTorch's `x = x.prod(-1)`,
@@ -43,8 +43,10 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     # whose output changed). Where the saver saved its input, the weights below it say nothing
     # of where its input was written later.
     owners = _owners(ctx, _nearest_parameters(walk.nodes[failing_key])) if result_saved else {}
+    read_ops = {_operation(walk.nodes[key]) for key in _read_by(walk.nodes[failing_key])} if not result_saved else set()
     writes.sort(key=lambda write: (owners.get(id(write[3]), math.inf),
                                    _made_by_saver(write[1], saver, False) is None,
+                                   _made_by_one_of(write[1], read_ops) is None,
                                    _made_by_saver(write[1], saver, result_saved) is None,
                                    _read_under_alias(write[1]) is None))
     source, stmt, node, _ = writes[0]
@@ -57,6 +59,8 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     if siblings:
         group = [stmt, *siblings]
         index = _which_write(walk, failing_key, len(group))
+        if index is None and not result_saved:
+            index = _which_saver(walk, failing_key, len(group))
         if index is not None:
             stmt = node = group[index]
             siblings = group[:index] + group[index + 1:]
@@ -76,7 +80,13 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
         if index is not None:
             stmt = node = group[index]
             copies = [(source, other) for other in group if other is not stmt]
-    return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved, copies)
+    # Elsewhere, writes of the same kind that pass their own target to a call (smee's angle, beside
+    # its torsion): each fails the next backward once this one is fixed.
+    covered = {id(stmt), *(id(other) for other in siblings), *(id(other) for _, other in copies)}
+    alike = [(other_source, other) for other_source, other, _, _ in writes
+             if id(other) not in covered and _reads_itself(stmt) and _reads_itself(other)
+             and type(other.op) is type(stmt.op)] if not result_saved else []
+    return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved, copies, alike)
 
 
 def _nearest_parameters(node, limit: int = 64) -> set[int]:
@@ -117,19 +127,35 @@ def _owners(ctx, parameters: set[int]) -> dict[int, int]:
     return owners
 
 
-def _writes_after(ctx, walk, failing_key: int) -> tuple[list, bool]:
+def _writes_after(ctx, walk, failing_key: int, detail: InplaceDetail | None) -> tuple[list, bool]:
     """The in-place writes in the model's classes that could have changed what the failing node
     saved, and whether it saved its own result: one of the operations that consume it (it did),
     else one that consumes what it read (it saved its input: `x += path` after a max-pool read
-    `x`)."""
-    for around, result_saved in (([failing_key], True), (_read_by(walk.nodes[failing_key]), False)):
+    `x`). Its input first where the error names a shape other than its result's (torchaudio's
+    norm, whose input `angles.div_` and whose result `.add_(1e-16)` both changed)."""
+    tiers = [([failing_key], True), (_read_by(walk.nodes[failing_key]), False)]
+    if detail is not None and _output_shape(walk.nodes[failing_key]) not in (None, tuple(detail.shape)):
+        tiers.reverse()
+    for around, result_saved in tiers:
         writers = {_operation(walk.nodes[key]) for near in around for key in walk.consumers.get(near, ())
                    if key != failing_key and key not in around}
         writers.discard(None)
         writes = list(_writes_in_model_classes(ctx, writers)) if writers else []
+        if not writes and writers:
+            # No model class writes so: the user's own functions (smee's valence energies, called
+            # through a registry, `x /= torch.norm(x, dim=1).unsqueeze(1)`).
+            writes = list(_writes_in(_functions_of_frames(ctx), writers))
         if writes:
             return writes, result_saved
     return [], False
+
+
+def _output_shape(node) -> tuple[int, ...] | None:
+    """The shape of what `node`'s operation made, where the node tells."""
+    try:
+        return tuple(node._input_metadata[0].shape)
+    except (AttributeError, IndexError, RuntimeError, TypeError):
+        return None
 
 
 def _read_by(node) -> list[int]:
@@ -168,6 +194,19 @@ def _which_write(walk, failing_key: int, count: int) -> int | None:
     while type(by_seq.get(last + 1)) is kind:
         last += 1
     return seq - first if last - first + 1 == count else None
+
+
+def _which_saver(walk, failing_key: int, count: int) -> int | None:
+    """Which of `count` in-place writes, side by side in the source, each into what an operation
+    of the failing node's type had read (smee's two `/= torch.norm(...)` of the torsion's cross
+    products): the nodes of that type reading what a node of the same type made, their saved
+    tensors changed, in the order they ran. None unless there are exactly `count` of them."""
+    failing = walk.nodes[failing_key]
+    read = {type(child) for child in _inputs(failing)}
+    ran = sorted((walk.seq[key], key) for key, node in walk.nodes.items() if type(node) is type(failing)
+                 and {type(child) for child in _inputs(node)} == read and graph.changed_saved(node) is not None)
+    keys = [key for _, key in ran]
+    return keys.index(failing_key) if len(keys) == count and failing_key in keys else None
 
 
 def _which_copy(walk, failing_key: int, count: int) -> int | None:
@@ -306,6 +345,30 @@ def _made_by_saver(write: ast.stmt, saver: str | None, result_saved: bool) -> as
     return None
 
 
+def _made_by_one_of(write: ast.stmt, operations: set[str | None]) -> ast.stmt | None:
+    """The statement that made what `x /= ...` writes into, where it is a call of one of the
+    operations whose results the saver read (`torch.cross` for LinalgCrossBackward0)."""
+    if not operations or not isinstance(write, ast.AugAssign):
+        return None
+    made = src.last_assignment(src.enclosing_function(write) or src.module_of(write), src.canonical(write.target),
+                               write.lineno)
+    value = made.value if made is not None else None
+    if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Name, ast.Attribute)):
+        return None
+    called = src.canonical(value.func).split(".")[-1]
+    return made.stmt if any(op == called or op.endswith(f"_{called}") for op in operations if op) else None
+
+
+def _reads_itself(write: ast.stmt, name: str | None = None) -> bool:
+    """`x /= torch.norm(x, dim=1).unsqueeze(1)`, `x = x.div_(norm(x))`: the statement that writes
+    into `x` (the target of an augmented assignment, else `name`) passes `x` itself to a call,
+    which may save it for the backward before the write changes it."""
+    name = write.target.id if isinstance(write, ast.AugAssign) and isinstance(write.target, ast.Name) else name
+    value = write.value if isinstance(write, (ast.AugAssign, ast.Assign, ast.Expr)) else None
+    return name is not None and value is not None and any(
+        isinstance(node, ast.Call) and any(_rooted_at(arg, name) for arg in node.args) for node in ast.walk(value))
+
+
 def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: bool):
     """(source, statement, name) where a module of the model's made what `x += ...` writes, when
     `x` is a parameter of the `forward` the write is in, as its caller passed it down: each
@@ -409,10 +472,24 @@ def _model_classes(ctx):
                 yield source, node
 
 
+def _functions_of_frames(ctx):
+    """(source, function) for each function defined at the top of the frames' own files."""
+    for filename in dict.fromkeys(frame.f_code.co_filename for frame in ctx.frames):
+        source = src.load(filename)
+        for node in source.tree.body if source is not None else ():
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield source, node
+
+
 def _writes_in_model_classes(ctx, writers: set[str]):
     """(source, statement, node, class) for each in-place write in those classes that one of `writers`
     could be: `out += x` (add), `h.relu_()`, `nn.ReLU(inplace=True)` / `F.relu(x, inplace=True)`."""
-    for source, class_node in _model_classes(ctx):
+    return _writes_in(_model_classes(ctx), writers)
+
+
+def _writes_in(scopes, writers: set[str]):
+    """(source, statement, node, scope) for each in-place write in `scopes` that one of `writers` could be."""
+    for source, class_node in scopes:
         for node in src.all_nodes(class_node):
             if isinstance(node, ast.AugAssign) and any(isinstance(node.op, _AUGMENTED.get(w, ())) for w in writers):
                 yield source, node, node, class_node
@@ -439,7 +516,7 @@ def _same_operation(name: str, writers: set[str]) -> bool:
 
 
 def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail,
-             siblings: list[ast.AugAssign] = (), result_saved: bool = False, copies=()) -> Finding:
+             siblings: list[ast.AugAssign] = (), result_saved: bool = False, copies=(), alike=()) -> Finding:
     code = source.segment(stmt)
     if isinstance(node, ast.keyword):
         call = src.parent(node)
@@ -453,7 +530,8 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     else:
         target = node.target if isinstance(node, ast.AugAssign) else node.func.value
         name = source.segment(target)
-        fix = out_of_place.out_of_place(source, stmt, name)
+        fix = out_of_place.out_of_place(source, stmt, name) if not isinstance(node, ast.Call) \
+            or isinstance(stmt, ast.Expr) else out_of_place.calls_out_of_place(source, stmt)
         others = [out_of_place.out_of_place(source, other, source.segment(other.target)) for other in siblings]
         if fix is not None and others and all(others):
             names = ", ".join(f"`{source.segment(s.target)}`" for s in sorted([stmt, *siblings], key=lambda s: s.lineno))
@@ -467,6 +545,14 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
             fix = Fix(f"{fix.message} (and the same at line {rows}: the same write in another block of the model, "
                       f"which the next backward would fail on)", fix.edits + tuple(e for f in same for e in f.edits),
                       fix.applicability)
+        more = [out_of_place.out_of_place(other_source, other, other_source.segment(other.target))
+                for other_source, other in alike]
+        if fix is not None and more and all(more):
+            rows = ", ".join(str(other.lineno) for _, other in alike)
+            fix = Fix(f"{fix.message} (and the same at line{'s' if len(alike) > 1 else ''} {rows}: "
+                      f"{'each passes' if len(alike) > 1 else 'it passes'} the tensor it writes to a call that may "
+                      f"save it, and the next backward would fail there)",
+                      fix.edits + tuple(e for f in more for e in f.edits), fix.applicability)
         covered = {id(other) for other in siblings} | {id(other) for _, other in copies}
         branches = [other for other in _in_other_branches(stmt, name) if id(other) not in covered]
         elsewhere = [out_of_place.out_of_place(source, other, name) for other in branches]
@@ -485,6 +571,10 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     passed = _passed_to_a_call(stmt) if not result_saved else None
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
     read = read or _made_by_saver(stmt, saver, result_saved)
+    if read is None and not result_saved and _reads_itself(stmt, name):
+        # `x /= torch.norm(x)`: the norm saved `x` as the statement before made it.
+        made = src.last_assignment(src.enclosing_function(stmt) or source.tree, name, stmt.lineno)
+        read = made.stmt if made is not None and not isinstance(made.stmt, ast.AugAssign) else None
     alias = _read_under_alias(stmt) if read is None else None
     caller = _made_by_a_caller(ctx, stmt, saver, result_saved) if read is None and alias is None and passed is None \
         else None
