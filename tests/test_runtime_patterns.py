@@ -3163,3 +3163,57 @@ def test_a_stepped_weight_reached_through_plain_objects_in_a_list_of_dicts_is_na
     (finding,) = explain_run(script).findings
     assert (finding["code"], finding["culprits"][0]["name"]) == \
         ("BX007", "self.ml_losses[0]['model'].center_loss[2].weight")
+
+
+KEPT_FORWARD_LOSS = """
+    import torch
+
+
+    class Model:
+        def __init__(self):
+            self.net_s = torch.nn.Linear(3, 3)
+            self.net_g = torch.nn.Linear(3, 3)
+            self.opt_s = torch.optim.SGD(self.net_s.parameters(), lr=0.1)
+            self.opt_g = torch.optim.SGD(self.net_g.parameters(), lr=0.1)
+            self.x = torch.randn(4, 3)
+
+        def forward(self):
+            self.fake = self.net_g(self.x)
+            self.pred = self.net_s(self.fake)
+
+        def compute_g_loss(self):
+            return self.pred.pow(2).mean()
+
+        def optimize(self):
+            self.forward()
+            self.opt_s.zero_grad()
+            self.net_s(self.x).pow(2).mean().backward()
+            self.opt_s.step()
+            self.opt_g.zero_grad()
+            self.loss_g = self.compute_g_loss()
+            self.loss_g.backward()
+            self.opt_g.step()
+
+
+    model = Model()
+    for _ in range(2):
+        model.optimize()
+"""
+
+
+def test_a_forward_kept_on_the_object_runs_again_before_the_loss_is_built_from_it(explain_run, tmp_path):
+    """joliGEN's shape: `optimize` steps one network, then builds the generator's loss from what
+    `forward()` kept (`self.loss_g = self.compute_g_loss()`) and back-propagates it. Run again
+    right before the backward, the forward would leave the loss on the old graph: it runs before
+    the loss is built."""
+    code = textwrap.dedent(KEPT_FORWARD_LOSS).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    fix = next(f for f in fixes if f["message"].startswith("Run `self.forward()` again"))
+    assert fix["applicability"] == "safe", fix["message"]
+    patched = apply_edits(code, Fix.from_json(fix).edits)
+    assert "self.forward()\n        self.loss_g = self.compute_g_loss()" in patched, patched
+    (tmp_path / "patched.py").write_text(patched)
+    after = explain_run(tmp_path / "patched.py")
+    assert (after.returncode, after.findings) == (0, []), after.stderr

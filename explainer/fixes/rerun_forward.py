@@ -48,7 +48,8 @@ def rerun_forward(source: Source, maker: ast.FunctionDef, first: ast.stmt, calle
                (replaced, insert_lines_before(caller_source, caller, [f"{receiver}.{name}()"])), applicability)
 
 
-def call_again(source: Source, maker: ast.FunctionDef, caller: ast.stmt, user: str) -> Fix:
+def call_again(source: Source, maker: ast.FunctionDef, caller: ast.stmt, user: str,
+               uses: str = "back-propagates through") -> Fix:
     """DRIT's `update_D` runs `self.forward()`, which keeps every output on the model; `update_EG`
     steps the encoders, then `backward_G_alone()` back-propagates through what that forward kept.
     `self.forward()` again before `caller`, as the issue's commenter fixed it: the same inputs,
@@ -61,7 +62,7 @@ def call_again(source: Source, maker: ast.FunctionDef, caller: ast.stmt, user: s
               and any(isinstance(n, ast.Call) and src.canonical(n.func) == f"self.{m.name}" for n in ast.walk(maker))] \
         if isinstance(owner, ast.ClassDef) else []
     draws = _draws([*maker.body, *(s for m in called for s in m.body)])
-    return Fix(f"Run `{call}` again before `{user}` (line {caller.lineno}), which back-propagates through what it "
+    return Fix(f"Run `{call}` again before `{user}` (line {caller.lineno}), which {uses} what it "
                f"keeps on the object: the optimizer has stepped since it ran, and a fresh forward builds the graph "
                f"with the updated weights", (insert_lines_before(source, caller, [call]),), "unsafe" if draws else "safe")
 

@@ -252,7 +252,16 @@ def _run_the_maker_again(ctx: Context, located: Located, step: StepCall) -> Fix 
                 or (method.co_filename, method.co_firstlineno) != (located.source.filename, maker.lineno):
             continue
         caller = src.innermost_statement(scope, frame.f_lineno)
-        return None if caller is None else rerun_forward.call_again(source, maker, caller, source.segment(caller))
+        if caller is None:
+            return None
+        # `self.loss_G = self.compute_G_loss()`, then `self.loss_G.backward()` (joliGEN): the loss
+        # is built from what the maker kept before the backward runs, so the maker runs before that.
+        receiver = src.call_receiver(caller, "backward")
+        built = src.last_assignment(scope, src.canonical(receiver), caller.lineno) if receiver is not None else None
+        if built is not None and built.stmt.lineno > step.row and src.parent(built.stmt) is src.parent(caller):
+            return rerun_forward.call_again(source, maker, built.stmt, source.segment(built.stmt),
+                                            "builds the loss from")
+        return rerun_forward.call_again(source, maker, caller, source.segment(caller))
     return None
 
 
