@@ -47,6 +47,12 @@ NOT_YET: dict[str, str] = {
     "real/mmcv_cumulative_hook_with_optimizer_hook": "named `self.outputs` (145), the runner's alias, not `outputs` "
                                                      "(144) where train_step made it; no fix: the twin registers one "
                                                      "optimizer hook instead of two, in the config",
+    "real/joligen_cut_semantic_f_s_step_before_g_backward": "fixes[0] moves `optimizer_f_s.step()` after "
+                                                            "`loss_G.backward()` and trains what the twin trains, "
+                                                            "but is offered unsafe: nothing proves that no "
+                                                            "statement between reads f_s's weights",
+    "real/udacity_face_gan_samples_keep_graph": "no finding: each epoch's `G(fixed_z)` kept in `samples` holds a "
+                                                "graph of its own, but no graph grows from one epoch to the next",
     "real/quaterion_xbm_buffer_view_overwritten": "`self._embeddings` (39) is named and fixes[0] copies both "
                                                   "returns of `get()`, as the twin does, but the next step then "
                                                   "fails in the old Euclidean distance, which the twin also "
