@@ -49,8 +49,9 @@ NOT_YET: dict[str, str] = {
                                                      "optimizer hook instead of two, in the config",
     "real/joligen_cut_semantic_f_s_step_before_g_backward": "fixes[0] moves `optimizer_f_s.step()` after "
                                                             "`loss_G.backward()` and trains what the twin trains, "
-                                                            "but is offered unsafe: nothing proves that no "
-                                                            "statement between reads f_s's weights",
+                                                            "but is offered unsafe, rightly by its rule: in the "
+                                                            "first iteration that backward also gives f_s "
+                                                            "gradients, so the moved step sees other ones",
     "real/udacity_face_gan_samples_keep_graph": "no finding: each epoch's `G(fixed_z)` kept in `samples` holds a "
                                                 "graph of its own, but no graph grows from one epoch to the next",
     "real/quaterion_xbm_buffer_view_overwritten": "`self._embeddings` (39) is named and fixes[0] copies both "
