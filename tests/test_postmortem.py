@@ -54,7 +54,6 @@ MISSES = {
 # Where the hooked run does not name the label either, and post-mortem says what it says.
 HOOKED_WRONG = {
     "real/deep_object_reid_center_loss_step_before_total_backward",
-    "real/glow_affine_coupling_inplace_z2",
     "real/keras_stateful_lstm_state_assign",
     "real/styletts2_slm_disc_step_before_gen",
 }

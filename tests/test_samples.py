@@ -41,9 +41,6 @@ NOT_YET: dict[str, str] = {
                                                                      "its call (192), and no fix: the twin moves "
                                                                      "`center_optimizer.step()` after the caller's "
                                                                      "`total_loss.backward()`, across methods",
-    "real/glow_affine_coupling_inplace_z2": "names `z2` where `split_feature` made it (169), not where the "
-                                            "convolution read its other half `z1` (173); fixes[0] writes every "
-                                            "branch's update of `z2` out of place and trains what the twin trains",
     "real/mmcv_cumulative_hook_with_optimizer_hook": "named `self.outputs` (145), the runner's alias, not `outputs` "
                                                      "(144) where train_step made it; no fix: the twin registers one "
                                                      "optimizer hook instead of two, in the config",

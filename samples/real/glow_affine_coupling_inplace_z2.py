@@ -166,11 +166,11 @@ class FlowStep(nn.Module):
         # 2. permute
         z, logdet = self.invconv(z, logdet, False)
         # 3. coupling
-        z1, z2 = split_feature(z, "split")
+        z1, z2 = split_feature(z, "split")  # culprit
         if self.flow_coupling == "additive":
             z2 += self.f(z1)
         elif self.flow_coupling == "affine":
-            h = self.f(z1)  # culprit
+            h = self.f(z1)
             shift, scale = split_feature(h, "cross")
             scale = torch.sigmoid(scale + 2.)
             z2 += shift  # step
