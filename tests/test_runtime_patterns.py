@@ -2716,6 +2716,13 @@ KEPT_MEMORY = """
         "loss.backward()", "output = {'loss': loss, 'size': 8}\n        output['loss'].backward()").replace(
         "running_loss.item()", "sum(o['loss'] for o in outputs).item()"),
      "run-kept-each", "outputs", "outputs.append({**output, 'loss': output['loss'].detach()})"),
+    # YOLO (MultimediaTechLab/YOLO#83): a dict of totals, each filled under the key its loop gives.
+    (KEPT_TOTAL.replace("running_loss = 0.0", "totals = {'mse': 0.0, 'l1': 0.0}").replace(
+        "loss = model(torch.randn(8, 4)).pow(2).mean()", "out = model(torch.randn(8, 4))\n"
+        "        losses = {'mse': out.pow(2).mean(), 'l1': out.abs().mean()}\n        loss = sum(losses.values())").replace(
+        "running_loss += loss  # culprit", "for name, value in losses.items():\n            totals[name] += value  # culprit").replace(
+        "running_loss.item()", "totals['mse'].item()"),
+     "run-kept-total", "totals[name]", "totals[name] += value.detach()"),
     (KEPT_METER, "run-kept-total", "self.sum", "self.sum = self.sum + val.detach()"),
     (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
     (KEPT_BUFFER_IN_PLACE, "run-kept-stored", "self.running_mean",
@@ -3214,6 +3221,50 @@ def test_a_forward_kept_on_the_object_runs_again_before_the_loss_is_built_from_i
     assert fix["applicability"] == "safe", fix["message"]
     patched = apply_edits(code, Fix.from_json(fix).edits)
     assert "self.forward()\n        self.loss_g = self.compute_g_loss()" in patched, patched
+    (tmp_path / "patched.py").write_text(patched)
+    after = explain_run(tmp_path / "patched.py")
+    assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+STALE_TERM = """
+    import torch
+
+    gen = torch.nn.Linear(3, 3)
+    disc = torch.nn.Linear(3, 1)
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(disc.parameters(), lr=0.1)
+    for _ in range(2):
+        fake = gen(torch.randn(4, 3))
+        score = disc(fake)
+        loss_d = (1 - score).pow(2).mean()
+        loss_adv = score.pow(2).mean()
+        opt_d.zero_grad()
+        loss_d.backward(retain_graph=True)
+        opt_d.step()
+        loss_g = fake.pow(2).mean() + fake.abs().mean()
+        loss_g += loss_adv
+        opt_g.zero_grad()
+        loss_g.backward()
+        opt_g.step()
+"""
+
+
+def test_the_one_term_made_before_a_step_is_detached_where_the_loss_adds_it(explain_run, tmp_path):
+    """hanasu's VITS2 loop: the generator's loss adds the duration discriminator's term, made
+    before that discriminator stepped, and no other term reaches its weights. Detached where it
+    is added, as hanasu's maintainer did; unsafe, since the generator then trains without it.
+    Not where the stepped optimizer is the one this backward is for (option-critic's): the term
+    is then that update's own loss."""
+    code = textwrap.dedent(STALE_TERM).lstrip()
+    own = tmp_path / "own.py"
+    own.write_text(code.replace("    opt_g.step()", "    opt_d.step()"))
+    assert not [f for f in explain_run(own).findings[0]["fixes"] if f["message"].startswith("Detach `loss_adv`")]
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    fix = next(f for f in fixes if f["message"].startswith("Detach `loss_adv`"))
+    patched = apply_edits(code, Fix.from_json(fix).edits)
+    assert fix["applicability"] == "unsafe" and "loss_g += loss_adv.detach()" in patched, patched
     (tmp_path / "patched.py").write_text(patched)
     after = explain_run(tmp_path / "patched.py")
     assert (after.returncode, after.findings) == (0, []), after.stderr

@@ -203,6 +203,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                            and fix.message == recompute.message and fix.applicability == "safe"), None)
         fixes.insert(0 if recomputed is None or forward_first else recomputed + 1, first)
         fixes.append(_run_the_maker_again(ctx, located, step))
+        fixes.append(_detach_stale_term(ctx, source, scope, step, failing))
     located = carrier.located if carrier is not None else None
     culprits = []
     built_name = carrier.name if carrier is not None else ""
@@ -419,6 +420,64 @@ def _drop_shared_term(values: dict, located: Located, stepped_row: int, failing_
                f"update at line {stepped_row} already back-propagated it, in `{source.segment(theirs[0])}`, and its "
                f"graph goes through the weights that update stepped (this changes what this update trains)",
                (edit,), "unsafe")
+
+
+def _detach_stale_term(ctx, source, scope, step: StepCall, failing) -> Fix | None:
+    """hanasu's VITS2 loop: `loss_gen_all = loss_gen + loss_fm + loss_mel + loss_kl`, then
+    `loss_gen_all += loss_dur_hat`, made from the duration discriminator's output before
+    `optim_dur_disc` stepped. The one term whose graph reaches the stepped weights, where no
+    other term does, is detached where the loss adds it, as hanasu's maintainer did. Unsafe: this
+    update then trains without that term's gradient (recomputing it after the step, as upstream
+    VITS2 does, is the other way)."""
+    receiver = src.call_receiver(failing, "backward") if failing is not None else None
+    optimizer = step.optimizer()
+    if receiver is None or optimizer is None or source is None:
+        return None
+    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename), None)
+    if frame is None:
+        return None
+    values, changed = {**frame.f_globals, **frame.f_locals}, trained_by(optimizer)
+    # The update this backward is for must be another optimizer's, training none of the stepped
+    # weights: where the stepped optimizer steps again (option-critic's one `optim`), the term is
+    # that update's own loss, and detaching it would stop what it trains.
+    following = _next_optimizer(ctx, source, scope, failing)
+    if following is None or following is optimizer or trained_by(following) & changed:
+        return None
+    for loss in sorted(src.names_read(receiver)):
+        terms = []  # (term, the statement that adds it)
+        for assignment in src.assignments(scope, loss):
+            stmt = assignment.stmt
+            if stmt.lineno >= failing.lineno:
+                continue
+            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
+                terms.extend((term, stmt) for _, term in split_loss.terms(stmt.value))
+            elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                terms = [(term, stmt) for _, term in split_loss.terms(stmt.value)]
+        if len(terms) < 2:
+            continue
+        reach = [any(isinstance(values.get(name), torch.Tensor) and parameters_under(values[name].grad_fn) & changed
+                     for name in src.names_read(term)) for term, _ in terms]
+        if reach.count(True) != 1 or not isinstance(terms[reach.index(True)][0], ast.Name):
+            continue
+        term, stmt = terms[reach.index(True)]
+        return Fix(f"Detach `{term.id}` where line {stmt.lineno} adds it to `{loss}`: its graph goes through the "
+                   f"weights `{ctx.call_site(step.filename, step.row, step.column).code}` (line {step.row}) "
+                   f"stepped after it was built, and no other term of `{loss}` does (this update then trains "
+                   f"without that term's gradient)", (replace_node(source, term, f"{term.id}.detach()"),), "unsafe")
+    return None
+
+
+def _next_optimizer(ctx, source, scope, failing):
+    """The optimizer of the first `opt.step()` (or `scaler.step(opt)`) after `failing` in `scope`."""
+    later = sorted((node for node in src.own_nodes(scope) if isinstance(node, ast.Expr)
+                    and node.lineno > failing.end_lineno), key=lambda node: node.lineno)
+    for stmt in later:
+        call = src.call_named(stmt, "step")
+        if call is None or not isinstance(call.func, ast.Attribute):
+            continue
+        held = ctx.lookup(src.canonical(call.args[0] if len(call.args) == 1 else call.func.value), source.filename)
+        return held if isinstance(held, torch.optim.Optimizer) else None
+    return None
 
 
 def _summed_argument(stmt) -> tuple[ast.expr, list[ast.expr]] | None:

@@ -97,6 +97,13 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
         if found is not None and found.in_init:
             found = _built_by_its_holder(ctx, binding) or found
     key = binding.steps[-1][1] if binding.steps and binding.steps[-1][0] == "item" else None
+    if found is None and isinstance(key, str):
+        # `total_loss[loss_name] += loss_val * batch_size` (YOLO's epoch totals): a dict filled
+        # under the key its loop gives, by one statement.
+        container = naming.Binding(binding.frame_index, binding.base, binding.steps[:-1], None, None).expression
+        items = src.item_assignments(scope, container)
+        if len({id(a.stmt) for a in items}) == 1:
+            found = _pick(ctx, source, scope, items, src.canonical(items[0].target), before_row, from_last_iteration)
     if found is None and isinstance(key, str) and key.isidentifier() and binding.owner is not None:
         # `model[3]._memories['v']`, kept by a module whose `__setattr__` files `self.v = ...`
         # under its name (spikingjelly's MemoryModule): the class's own `self.v`.
