@@ -329,34 +329,34 @@ def _fed_by_a_call(source, made: ast.stmt, module: str, saver: str | None) -> tu
     return src.statement_of(written), source.segment(written.func)
 
 
-def _made_by_saver(write: ast.stmt, saver: str | None, result_saved: bool) -> ast.stmt | None:
-    """The statement that made what `x *= w` writes into, where it is a call of the saving
-    operation (`x = x.prod(-1)`): the operation saved its result there. Where the graph shows
-    that the write consumed the saver's own result, a call of anything else counts too: CDC's
-    `h = self.block1(x)`, whose block ends in the `nn.ReLU` that saved `h`."""
-    if saver is None or not isinstance(write, ast.AugAssign):
-        return None
-    made = src.last_assignment(src.enclosing_function(write) or src.module_of(write), src.canonical(write.target),
-                               write.lineno)
-    value = made.value if made is not None else None
-    if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)) \
-            and (result_saved or src.canonical(value.func).split(".")[-1] == saver):
-        return made.stmt
-    return None
-
-
-def _made_by_one_of(write: ast.stmt, operations: set[str | None]) -> ast.stmt | None:
-    """The statement that made what `x /= ...` writes into, where it is a call of one of the
-    operations whose results the saver read (`torch.cross` for LinalgCrossBackward0)."""
-    if not operations or not isinstance(write, ast.AugAssign):
+def _made_by_call(write: ast.stmt) -> tuple[ast.stmt, str] | None:
+    """The statement that made what `x *= w` writes into, where it is a call, and the last name
+    part of what it calls (`x = x.prod(-1)`: `prod`)."""
+    if not isinstance(write, ast.AugAssign):
         return None
     made = src.last_assignment(src.enclosing_function(write) or src.module_of(write), src.canonical(write.target),
                                write.lineno)
     value = made.value if made is not None else None
     if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Name, ast.Attribute)):
         return None
-    called = src.canonical(value.func).split(".")[-1]
-    return made.stmt if any(op == called or op.endswith(f"_{called}") for op in operations if op) else None
+    return made.stmt, src.canonical(value.func).split(".")[-1]
+
+
+def _made_by_saver(write: ast.stmt, saver: str | None, result_saved: bool) -> ast.stmt | None:
+    """The statement that made what `x *= w` writes into, where it is a call of the saving
+    operation (`x = x.prod(-1)`): the operation saved its result there. Where the graph shows
+    that the write consumed the saver's own result, a call of anything else counts too: CDC's
+    `h = self.block1(x)`, whose block ends in the `nn.ReLU` that saved `h`."""
+    found = _made_by_call(write) if saver is not None else None
+    return found[0] if found is not None and (result_saved or found[1] == saver) else None
+
+
+def _made_by_one_of(write: ast.stmt, operations: set[str | None]) -> ast.stmt | None:
+    """The statement that made what `x /= ...` writes into, where it is a call of one of the
+    operations whose results the saver read (`torch.cross` for LinalgCrossBackward0)."""
+    found = _made_by_call(write) if operations else None
+    return found[0] if found is not None and any(op == found[1] or op.endswith(f"_{found[1]}")
+                                                 for op in operations if op) else None
 
 
 def _reads_itself(write: ast.stmt, name: str | None = None) -> bool:
