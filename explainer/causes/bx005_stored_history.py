@@ -74,6 +74,12 @@ last forward before the removal. The fix makes them again, hooks and all, right 
             "through them again; they only hold memory until the list is dropped.",
             "`{carrier}` keeps every iteration's graph after its backward: memory grows.",
             ("keeps each iteration's graph",)),
+        "run-kept-unread": Message(
+            "`{carrier}` (filled at {where}) keeps a tensor of each of the last {iterations} iterations with its "
+            "autograd graph, one more each iteration. The function only appends to it, so no backward ever goes "
+            "through them; they only hold memory until the list is dropped.",
+            "`{carrier}` keeps every iteration's graph, and nothing back-propagates them: memory grows.",
+            ("keeps each iteration's graph",)),
         "run-hooks-removed": Message(
             "The hooks of `{carrier}` (made at {where}) were removed, and `{holder_class}.{attribute}` still holds "
             "the output of the last forward before that. {freed} that forward's graph, and this backward "

@@ -245,11 +245,12 @@ def store_without_chaining(source: Source, store: ast.AST, container: str, is_tu
                f"freed instead of chained onto the next", edits)
 
 
-def append_detached(source: Source, store: ast.Call, container: str, key: str | None) -> Fix | None:
+def append_detached(source: Source, store: ast.Call, container: str, key: str | None, freed: bool = True) -> Fix | None:
     """`losses_list.append(losses)` -> `losses_list.append(losses.detach())`; with `key`, the
     dict appended keeps that item detached (`outputs.append({**output, 'loss':
     output['loss'].detach()})`), the dict the loop goes on with untouched. The graphs kept were
-    freed by their backward, so no gradient changes: safe."""
+    freed by their backward (`freed`), or the list is only ever appended to, so nothing
+    back-propagates them: no gradient changes, safe."""
     value = store.args[0] if isinstance(store.func, ast.Attribute) and store.func.attr == "append" \
         and len(store.args) == 1 and not store.keywords else None
     if not isinstance(value, (ast.Name, ast.Attribute)):
@@ -259,7 +260,8 @@ def append_detached(source: Source, store: ast.Call, container: str, key: str | 
         stored, what = detached(text, False), f"`{text}`"
     else:
         stored, what = f"{{**{text}, {key!r}: {detached(f'{text}[{key!r}]', False)}}}", f"`{text}[{key!r}]`"
-    return Fix(f"Keep {what} detached in `{container}`: its backward already ran, and what the list keeps of its "
+    why = "its backward already ran" if freed else "nothing back-propagates it"
+    return Fix(f"Keep {what} detached in `{container}`: {why}, and what the list keeps of its "
                f"graph only holds memory until the list is dropped", (replace(source, value, stored),))
 
 

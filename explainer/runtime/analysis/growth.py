@@ -167,10 +167,20 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
         if at is not None:
             groups.setdefault((binding.frame_index, binding.base, binding.steps[:at], binding.steps[at + 1:]), []) \
                 .append(binding)
-    for (frame_index, base, head, tail), members in groups.items():
-        bits = {spans.get(id(m.value.grad_fn), 0) for m in members}
-        if len(members) < 2 or len(bits) < len(members) or any(b & (b - 1) or not b for b in bits) \
-                or not all(graph.holds_freed([m.value.grad_fn]) for m in members):
+    for (frame_index, base, head, tail), found in groups.items():
+        # Every item, also one the walk reached by another name first (udacity's `samples_z`, the
+        # epoch's sample still bound after it was appended).
+        members = _items(ctx, found[0], head, tail) or [m.value.grad_fn for m in found]
+        bits = {spans.get(id(m), 0) for m in members}
+        if len(members) < 2 or len(bits) < len(members) or any(b & (b - 1) or not b for b in bits):
+            continue
+        freed = [graph.holds_freed([m]) for m in members]
+        # A graph no backward went through may still be back-propagated later (an episode's
+        # `log_probs`, summed at its end, or MAML's query losses between two `autograd.grad`
+        # calls): only a local list that its function never reads back (udacity's epoch
+        # `samples`, only appended to) is known to keep them for nothing.
+        if not all(freed) and (any(freed) or not isinstance(base, str) or head
+                               or ctx.call.api != "backward" or ctx.call.retain_graph or ctx.call.create_graph):
             continue
         container = naming.Binding(frame_index, base, head, None, None).expression
         frame = ctx.frames[frame_index]
@@ -180,7 +190,7 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
             continue  # seen as long before: a window that slides, or a list the next epoch refills
         if current is None:
             current = graph.walk(ctx.root_nodes(), expand=lambda seq: seq >= marks[-1])
-        if not current.complete or any(id(m.value.grad_fn) in current.nodes for m in members):
+        if not current.complete or any(id(m) in current.nodes for m in members):
             continue
         source, scope = ctx.frame_source(frame)
         appends = [node for node in src.own_nodes(scope) if isinstance(node, ast.Call)
@@ -192,7 +202,7 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
         filled = [a.stmt for a in src.item_assignments(scope, container)
                   if any(src.inside(a.stmt, loop) for loop in loops)] if loops else []
         stores = appends or filled
-        if len(stores) != 1:
+        if len(stores) != 1 or not (all(freed) or (appends and _only_filled(scope, container))):
             continue
         store = stores[0]
         _, _, backward = ctx.failing_statement()
@@ -203,15 +213,44 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
             fix = detach_carried.detach_item_after_backward(source, backward, receiver, container)
         elif appends:
             item = tail[0][1] if len(tail) == 1 and tail[0][0] == "item" and isinstance(tail[0][1], str) else None
-            fix = detach_carried.append_detached(source, store, container, item) if not tail or item is not None \
-                else None
+            fix = detach_carried.append_detached(source, store, container, item, all(freed)) \
+                if not tail or item is not None else None
         else:
             fix = None
         evidence = Evidence(container, ctx.call_site(source.filename, store.lineno), ctx.backward_site(),
                             facts=(("iterations", len(members)), ("kept_aside", True)))
-        return finding("BX005", "run-kept-each", "graph-growth", evidence,
+        return finding("BX005", "run-kept-each" if all(freed) else "run-kept-unread", "graph-growth", evidence,
                        [culprit_at(container, source, node_start(source, store))], [fix])
     return None
+
+
+def _items(ctx: Context, binding: naming.Binding, head: tuple, tail: tuple) -> list:
+    """The grad_fns of what each item of the list `binding` is an item of holds at `tail`, read
+    from its frame again; empty where it is not a list of tensors with history."""
+    container = ctx.reach(binding, head)
+    if not isinstance(container, list) or len(container) > naming.MAX_ITEMS:
+        return []
+    found = []
+    for i in range(len(container)):
+        value = ctx.reach(binding, (*head, ("item", i), *tail))
+        grad_fn = getattr(value, "grad_fn", None)
+        if grad_fn is None:
+            return []
+        found.append(grad_fn)
+    return found
+
+
+def _only_filled(scope: ast.AST, container: str) -> bool:
+    """Whether `scope` (nested functions included) reads the local list `container` only to
+    append to it: nothing there can back-propagate what it holds, and the list is not returned."""
+    if container in src.parameter_names(scope) or not src.is_local(scope, container):
+        return False
+    for read in src.reads(scope, container):
+        method = src.parent(read)
+        if not (isinstance(method, ast.Attribute) and method.attr == "append"
+                and isinstance(src.parent(method), ast.Call) and src.parent(method).func is method):
+            return False
+    return True
 
 
 def _kept_finding(ctx: Context, candidate, iterations: int, others: list) -> Finding | None:
