@@ -1552,6 +1552,122 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # Lateral outputs made in one list, each ending in a ReLU, then summed into in place in either
+    # branch of an `if` (mmdet's FPN, open-mmlab/mmdetection#7175): the list is named where it is
+    # made, and both branches are written out of place, since the graph does not say which ran.
+    "lateral outputs made in a list and summed into in place": ("inplace-modified", "laterals", """
+        import torch
+        import torch.nn.functional as F
+
+        class FPN(torch.nn.Module):
+            def __init__(self, upsample_cfg):
+                super().__init__()
+                self.lateral_convs = torch.nn.ModuleList(
+                    torch.nn.Sequential(torch.nn.Conv2d(2, 4, 1), torch.nn.ReLU()) for _ in range(2))
+                self.upsample_cfg = upsample_cfg
+
+            def forward(self, inputs):
+                laterals = [conv(inputs[i]) for i, conv in enumerate(self.lateral_convs)]  # culprit
+                for i in range(len(laterals) - 1, 0, -1):
+                    if "scale_factor" in self.upsample_cfg:
+                        laterals[i - 1] += F.interpolate(laterals[i], **self.upsample_cfg)
+                    else:
+                        laterals[i - 1] += F.interpolate(laterals[i], size=laterals[i - 1].shape[2:])
+                return sum(lateral.mean() for lateral in laterals)
+
+        net = FPN({"mode": "nearest"})
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = net([torch.randn(1, 2, 8, 8), torch.randn(1, 2, 4, 4)])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # Two blocks make a ReLU that writes in place: one after its batch norm, one at the start of
+    # its forward, on the sum the unit before returned, which the identity path's linear layer
+    # saved (imgclsmob's Xception, osmr/imgclsmob#13). The ReLU at the start is the one changed,
+    # and the sum is named where it was made.
+    "a pre-activation ReLU in place on the sum another path saved": ("inplace-modified", "x", """
+        import torch
+
+        class ConvBlock(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+                self.bn = torch.nn.BatchNorm1d(4)
+                self.activ = torch.nn.ReLU(inplace=True)
+
+            def forward(self, x):
+                x = self.lin(x)
+                x = self.bn(x)
+                x = self.activ(x)
+                return x
+
+        class PreActBlock(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.activ = torch.nn.ReLU(inplace=True)
+                self.lin = torch.nn.Linear(4, 4)
+
+            def forward(self, x):
+                x = self.activ(x)
+                x = self.lin(x)
+                return x
+
+        class Unit(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.identity_conv = ConvBlock()
+                self.body = PreActBlock()
+
+            def forward(self, x):
+                identity = self.identity_conv(x)
+                x = self.body(x)
+                x = x + identity  # culprit
+                return x
+
+        net = torch.nn.Sequential(torch.nn.Linear(4, 4), Unit(), Unit())
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = net(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # An LSTM's batch-first output, a view, written into in place by the module it is passed to
+    # (x-transformers' `x += self.pos_emb(x)`, lucidrains/x-transformers#55): the graph records
+    # the write as CopySlices, which names no operation.
+    "an LSTM's output written into in place through its batch-first view": ("inplace-modified", "x", """
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.pos = torch.nn.Embedding(6, 4)
+                self.proj = torch.nn.Linear(4, 1)
+
+            def forward(self, x):
+                x += self.pos(torch.arange(x.shape[1]))
+                return self.proj(x)
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = torch.nn.LSTM(4, 4, batch_first=True)
+                self.head = Wrapper()
+
+            def forward(self, x):
+                x, _ = self.rnn(x)  # culprit
+                return self.head(x)
+
+        net = Model()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = net(torch.randn(3, 6, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     # A branch replaces the loss with a constant on a batch without positives (nanodet's GFLHead):
     # the constant is named, and with the fix the backward runs on such a batch too.
     "a loss replaced by a constant in a branch": ("no-grad", "loss", """
@@ -2688,6 +2804,31 @@ KEPT_MEMORY = """
 """
 
 
+# udacity's face generation (udacity/deep-learning-v2-pytorch#106): after each epoch, the
+# generator's output on fixed noise is kept in a list with its graph; no backward goes through
+# it, and the function only appends to the list.
+KEPT_SAMPLES = """
+    import torch
+
+    gen = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+
+    def train(n_epochs):
+        samples = []
+        fixed_z = torch.randn(2, 4)
+        for epoch in range(n_epochs):
+            for batch in range(2):
+                opt.zero_grad()
+                loss = gen(torch.randn(8, 4)).pow(2).mean()
+                loss.backward()
+                opt.step()
+            samples_z = gen(fixed_z)
+            samples.append(samples_z)  # culprit
+        return loss.item()
+
+    print(f"{train(4):.3f}")
+"""
+
 @pytest.mark.parametrize("code, variant, culprit_name, fixed", [
     # labelmodels (BatsResearch/labelmodels#4): the total adds up each loss with its graph.
     (KEPT_TOTAL, "run-kept-total", "running_loss", "running_loss += loss.detach()"),
@@ -2723,6 +2864,7 @@ KEPT_MEMORY = """
         "running_loss += loss  # culprit", "for name, value in losses.items():\n            totals[name] += value  # culprit").replace(
         "running_loss.item()", "totals['mse'].item()"),
      "run-kept-total", "totals[name]", "totals[name] += value.detach()"),
+    (KEPT_SAMPLES, "run-kept-unread", "samples", "samples.append(samples_z.detach())"),
     (KEPT_METER, "run-kept-total", "self.sum", "self.sum = self.sum + val.detach()"),
     (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
     (KEPT_BUFFER_IN_PLACE, "run-kept-stored", "self.running_mean",
@@ -2840,6 +2982,32 @@ def test_a_memory_chained_onto_the_one_stored_before_is_stored_detached(explain_
     KEPT_TOTAL.replace("running_loss = 0.0", "losses = []").replace(
         "running_loss += loss  # culprit", "losses.append(loss.detach())").replace(
         "running_loss.item()", "sum(losses).item()"),
+    # An episode's log-probabilities, kept with their graphs while the critic steps every step,
+    # are back-propagated at the episode's end: read back, so not kept for nothing.
+    """
+    import torch
+
+    actor, critic = torch.nn.Linear(3, 2), torch.nn.Linear(3, 1)
+    a_opt, c_opt = torch.optim.SGD(actor.parameters(), lr=0.1), torch.optim.SGD(critic.parameters(), lr=0.1)
+
+    def episode():
+        log_probs = []
+        for t in range(4):
+            obs = torch.randn(1, 3)
+            log_probs.append(torch.log_softmax(actor(obs), 1)[0, 0])
+            c_opt.zero_grad()
+            critic(obs).pow(2).mean().backward()
+            c_opt.step()
+        a_opt.zero_grad()
+        (-torch.stack(log_probs).sum()).backward()
+        a_opt.step()
+
+    for _ in range(2):
+        episode()
+    """,
+    # The epoch samples returned to the caller, which may back-propagate them.
+    KEPT_SAMPLES.replace("return loss.item()", "return samples").replace(
+        'print(f"{train(4):.3f}")', "print(len(train(4)))"),
     # The total kept as a number.
     KEPT_TOTAL.replace("running_loss += loss  # culprit", "running_loss += loss.item()").replace(
         "running_loss.item()", "running_loss"),

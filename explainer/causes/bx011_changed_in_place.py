@@ -67,6 +67,12 @@ y.backward()""",
             "{read}, which {saved} saved for the backward (line {backward.row}). {versions}",
             "The output of `{carrier}` was changed in place after {saved} saved it for the backward.",
             ("its output saved by {saved} here", "changed it in place after {saved} saved it")),
+        "run-in-forward-flag-made": Message(
+            "When line {read} made `{made}`, {saved} saved it for the backward (line {backward.row}); then "
+            "`{change}` ({where}) made an operation that overwrites its input, and it changed that tensor in "
+            "place. {versions}",
+            "`{carrier}` changed a tensor in place that {saved} saved for the backward.",
+            ("saved by {saved} here", "changed in place after {saved} saved it")),
         "run-in-forward-write": Message(
             "`{change}` ({where}) changes `{carrier}` in place, but {saved} saved that tensor for the backward "
             "(line {backward.row}). {versions}",

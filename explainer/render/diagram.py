@@ -77,7 +77,10 @@ def timeline(finding: Finding) -> Timeline | None:
         return place(filename, row) if len(files) > 1 else str(row)
 
     rows = [Row(where(site.filename, site.row), _one_line(site.code), role) for site, role in events]
-    return Timeline(evidence.carrier, tuple(rows[:-1]), tuple(rows[-1:]), where(*fix) if fix else None, inplace)
+    # What the graph saved, where the change is known by another name (a module made to write in
+    # place, `self.activ`, changed the `x` a forward made).
+    saved = facts["made"] if isinstance(facts.get("made"), str) else evidence.carrier
+    return Timeline(saved, tuple(rows[:-1]), tuple(rows[-1:]), where(*fix) if fix else None, inplace)
 
 
 def _site(filename: str, row: int) -> CallSite:

@@ -47,6 +47,7 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     writes.sort(key=lambda write: (owners.get(id(write[3]), math.inf),
                                    _made_by_saver(write[1], saver, False) is None,
                                    _made_by_one_of(write[1], read_ops) is None,
+                                   _writes_what_another_call_made(write, read_ops),
                                    _made_by_saver(write[1], saver, result_saved) is None,
                                    _read_under_alias(write[1]) is None))
     source, stmt, node, _ = writes[0]
@@ -55,7 +56,7 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     # every one of them out of place.
     siblings = [other for other_source, other, _, _ in writes[1:]
                 if other_source is source and isinstance(other, ast.AugAssign) and isinstance(stmt, ast.AugAssign)
-                and type(other.op) is type(stmt.op) and src.parent(other) is src.parent(stmt)]
+                and type(other.op) is type(stmt.op) and src.enclosing_block(other) is src.enclosing_block(stmt)]
     if siblings:
         group = [stmt, *siblings]
         index = _which_write(walk, failing_key, len(group))
@@ -86,7 +87,19 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     alike = [(other_source, other) for other_source, other, _, _ in writes
              if id(other) not in covered and _reads_itself(stmt) and _reads_itself(other)
              and type(other.op) is type(stmt.op)] if not result_saved else []
-    return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved, copies, alike)
+    # What the saver read, its weights left out (a linear layer's `weight.t()`).
+    made_by = {_operation(walk.nodes[key]) for key in _read_by(walk.nodes[failing_key])
+               if not _of_parameters(walk.nodes[key])} if not result_saved else set()
+    return _finding(ctx, source, stmt, node, saver, detail, siblings, result_saved, copies, alike, made_by)
+
+
+def _of_parameters(node) -> bool:
+    """A parameter's node, or a view of parameters only (`weight.t()`)."""
+    if getattr(node, "variable", None) is not None:
+        return True
+    inputs = _inputs(node)
+    return graph.is_view(node) and bool(inputs) and all(getattr(child, "variable", None) is not None
+                                                        for child in inputs)
 
 
 def _nearest_parameters(node, limit: int = 64) -> set[int]:
@@ -136,17 +149,25 @@ def _writes_after(ctx, walk, failing_key: int, detail: InplaceDetail | None) -> 
     tiers = [([failing_key], True), (_read_by(walk.nodes[failing_key]), False)]
     if detail is not None and _output_shape(walk.nodes[failing_key]) not in (None, tuple(detail.shape)):
         tiers.reverse()
-    for around, result_saved in tiers:
-        writers = {_operation(walk.nodes[key]) for near in around for key in walk.consumers.get(near, ())
-                   if key != failing_key and key not in around}
-        writers.discard(None)
-        writes = list(_writes_in_model_classes(ctx, writers)) if writers else []
-        if not writes and writers:
-            # No model class writes so: the user's own functions (smee's valence energies, called
-            # through a registry, `x /= torch.norm(x, dim=1).unsqueeze(1)`).
-            writes = list(_writes_in(_functions_of_frames(ctx), writers))
-        if writes:
-            return writes, result_saved
+    # Written in place through a view (x-transformers' `x += self.pos_emb(x)` on the LSTM's
+    # batch-first output), the write is recorded as CopySlices, which keeps no name of the
+    # operation: any augmented write could be it, where no named operation's write is found
+    # (Glow's `z2 += ...` into a slice is found by the addition beside it).
+    for anonymous in (False, True):
+        for around, result_saved in tiers:
+            consumers = [walk.nodes[key] for near in around for key in walk.consumers.get(near, ())
+                         if key != failing_key and key not in around]
+            writers = {_operation(node) for node in consumers}
+            if anonymous:
+                writers = set(_AUGMENTED) if any(type(node).__name__ == "CopySlices" for node in consumers) else set()
+            writers.discard(None)
+            writes = list(_writes_in_model_classes(ctx, writers)) if writers else []
+            if not writes and writers:
+                # No model class writes so: the user's own functions (smee's valence energies, called
+                # through a registry, `x /= torch.norm(x, dim=1).unsqueeze(1)`).
+                writes = list(_writes_in(_functions_of_frames(ctx), writers))
+            if writes:
+                return writes, result_saved
     return [], False
 
 
@@ -311,6 +332,24 @@ def _read_under_alias(write: ast.stmt) -> tuple[ast.stmt, str] | None:
     return None
 
 
+def _made_by_an_operator(ctx, operations: set[str | None]):
+    """(source, statement, name) where the model's forwards make a tensor with the one arithmetic
+    operation that made what the saver read (`x = x + identity` for AddBackward0), where exactly
+    one statement of theirs does. None where none or several do."""
+    named = {op for op in operations if op}
+    if len(named) != 1 or not named <= _AUGMENTED.keys():
+        return None
+    kinds = {_AUGMENTED[op] for op in named}
+    found = [(source, node) for source, class_node in _model_classes(ctx) for node in src.all_nodes(class_node)
+             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+             and isinstance(node.value, ast.BinOp) and type(node.value.op) in kinds
+             and getattr(src.enclosing_function(node), "name", None) == "forward"]
+    if len(found) != 1:
+        return None
+    source, made = found[0]
+    return source, made, made.targets[0].id
+
+
 def _fed_by_a_call(source, made: ast.stmt, module: str, saver: str | None) -> tuple[ast.stmt, str] | None:
     """Where `module` (`self.dropout`, made in place by `made`) is called in its class with the
     result of another call as its input (`self.dropout(self.mlp(x))`): that statement, and the
@@ -334,9 +373,18 @@ def _made_by_call(write: ast.stmt) -> tuple[ast.stmt, str] | None:
     part of what it calls (`x = x.prod(-1)`: `prod`)."""
     if not isinstance(write, ast.AugAssign):
         return None
-    made = src.last_assignment(src.enclosing_function(write) or src.module_of(write), src.canonical(write.target),
-                               write.lineno)
+    scope = src.enclosing_function(write) or src.module_of(write)
+    # Another in-place write (mmdet's FPN: `laterals[i - 1] += ...` in both branches of an `if`)
+    # made nothing.
+    made = next((a for a in reversed(src.assignments(scope, src.canonical(write.target)))
+                 if a.stmt.lineno < write.lineno and not isinstance(a.stmt, ast.AugAssign)), None)
     value = made.value if made is not None else None
+    if made is None and isinstance(write.target, ast.Subscript):
+        # `laterals = [lateral_conv(x) for ...]`, then `laterals[i - 1] += ...`: each item made by
+        # the same call.
+        made = src.last_assignment(scope, src.canonical(write.target.value), write.lineno)
+        value = made.value if made is not None else None
+        value = value.elt if isinstance(value, ast.ListComp) else None
     if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Name, ast.Attribute)):
         return None
     return made.stmt, src.canonical(value.func).split(".")[-1]
@@ -357,6 +405,32 @@ def _made_by_one_of(write: ast.stmt, operations: set[str | None]) -> ast.stmt | 
     found = _made_by_call(write) if operations else None
     return found[0] if found is not None and any(op == found[1] or op.endswith(f"_{found[1]}")
                                                  for op in operations if op) else None
+
+
+def _writes_what_another_call_made(write, operations: set[str | None]) -> bool:
+    """Whether a module made to write in place (`self.activ = nn.ReLU(inplace=True)`) is called in
+    its class on what a call of none of `operations` made just before (`x = self.bn(x)`, then
+    `x = self.activ(x)`), where the saver read what one of them made: imgclsmob's Xception,
+    whose ReLU written at the start of DwsConvBlock.forward overwrote the sum a unit returned,
+    not the one after ConvBlock's batch norm."""
+    _, stmt, node, class_node = write
+    if not isinstance(node, ast.keyword) or not operations:
+        return False
+    targets = src.targets_of(stmt)
+    if src.value_of(stmt) is not src.parent(node) or len(targets) != 1:
+        return False
+    module = src.canonical(targets[0])
+    for call in src.all_nodes(class_node):
+        if not (isinstance(call, ast.Call) and src.canonical(call.func) == module and call.args
+                and isinstance(call.args[0], ast.Name)):
+            continue
+        function = src.enclosing_function(call)
+        made = src.last_assignment(function, call.args[0].id, call.lineno) if function is not None else None
+        value = made.value if made is not None else None
+        if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)) \
+                and src.canonical(value.func).split(".")[-1] not in operations:
+            return True
+    return False
 
 
 def _reads_itself(write: ast.stmt, name: str | None = None) -> bool:
@@ -516,7 +590,9 @@ def _same_operation(name: str, writers: set[str]) -> bool:
 
 
 def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail,
-             siblings: list[ast.AugAssign] = (), result_saved: bool = False, copies=(), alike=()) -> Finding:
+             siblings: list[ast.AugAssign] = (), result_saved: bool = False, copies=(), alike=(),
+             made_by: set[str | None] = frozenset()) -> Finding:
+    """`made_by`: the operations that made what the saver read, where it saved its input."""
     code = source.segment(stmt)
     if isinstance(node, ast.keyword):
         call = src.parent(node)
@@ -580,7 +656,15 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
     fed = _fed_by_a_call(source, stmt, name, saver) if isinstance(node, ast.keyword) and result_saved else None
-    if fed is not None:
+    summed = _made_by_an_operator(ctx, made_by) if isinstance(node, ast.keyword) and not result_saved else None
+    if summed is not None:
+        # imgclsmob's Xception: the convolution of the identity path saved the sum the unit
+        # before returned, `x = x + identity`; the ReLU at the start of the body overwrote it.
+        made_source, made, made_name = summed
+        culprits.insert(0, culprit_at(made_name, made_source, node_start(made_source, made)))
+        facts += (("read", made.lineno), ("made", made_name))
+        variant = "run-in-forward-flag-made"
+    elif fed is not None:
         # torchgeo's L-TAE: `self.dropout(self.mlp(x))`, and the MLP's last ReLU saved its
         # output: the forward the samples mark is where the module that made it ran.
         made, name = fed
@@ -593,8 +677,12 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         variant = "run-in-forward-write-passed"
     elif read is not None:
         # The graph saved it where it was made: the forward the samples mark first, the write
-        # (the line the fix changes) second.
-        culprits.insert(0, culprit_at(name, source, node_start(source, read)))
+        # (the line the fix changes) second. Made as an item of a list, it is known there by
+        # the list's name.
+        target = node.target if isinstance(node, ast.AugAssign) else None
+        made_name = source.segment(target.value) if isinstance(target, ast.Subscript) and src.canonical(
+            target.value) in {src.canonical(t) for t in src.targets_of(read)} else name
+        culprits.insert(0, culprit_at(made_name, source, node_start(source, read)))
         facts += (("read", read.lineno),)
         variant = "run-in-forward-write-read"
     elif alias is not None:
