@@ -11,12 +11,14 @@ from explainer.render import diagram
 
 
 def labels(data: dict) -> list[str]:
-    """The carrier, each call's `row  code` (a statement over several lines read as one line,
-    without its comments, cut at 72 characters), and `row  edits here` for the first line fixes[0] edits in the
+    """The carrier (the tensor the graph saved, `made`, where a module made to write in place is the
+    carrier), each call's `row  code` (a statement over several lines read as one line, without
+    its comments, cut at 72 characters), and `row  edits here` for the first line fixes[0] edits in the
     finding's file."""
     evidence = data["evidence"]
     sites = [evidence["made_at"], evidence["freed_by"], *evidence["steps"], evidence["backward"]]
-    found = [f"`{evidence['carrier']}`"]
+    made = dict(evidence.get("facts", ())).get("made")
+    found = [f"`{made if isinstance(made, str) else evidence['carrier']}`"]
     found += [f"{site['row']}  {_one_line(site['code'])}" for site in sites if site is not None]
     rows = [e["location"]["row"] for e in data["fixes"][0]["edits"] if e["filename"] == data["filename"]] \
         if data["fixes"] else []
