@@ -56,7 +56,6 @@ HOOKED_WRONG = {
     "real/deep_object_reid_center_loss_step_before_total_backward",
     "real/keras_stateful_lstm_state_assign",
     "real/styletts2_slm_disc_step_before_gen",
-    "real/x_transformers_continuous_wrapper_pos_emb_inplace",
 }
 
 

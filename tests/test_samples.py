@@ -53,10 +53,6 @@ NOT_YET: dict[str, str] = {
                                                   "returns of `get()`, as the twin does, but the next step then "
                                                   "fails in the old Euclidean distance, which the twin also "
                                                   "replaces with `torch.cdist` (a second bug, of shapes)",
-    "real/x_transformers_continuous_wrapper_pos_emb_inplace": "the write `x += self.pos_emb(x)` is found and "
-                                                              "fixes[0] trains what the twin trains, but `x` is "
-                                                              "named at `x = self.project_in(x)` (273), an "
-                                                              "`nn.Identity`, not where the LSTM made it (306)",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "

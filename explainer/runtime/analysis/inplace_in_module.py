@@ -443,7 +443,7 @@ def _reads_itself(write: ast.stmt, name: str | None = None) -> bool:
         isinstance(node, ast.Call) and any(_rooted_at(arg, name) for arg in node.args) for node in ast.walk(value))
 
 
-def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: bool):
+def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: bool, passed: set[int] = frozenset()):
     """(source, statement, name) where a module of the model's made what `x += ...` writes, when
     `x` is a parameter of the `forward` the write is in, as its caller passed it down: each
     module holding one of this class's modules is read for a call of it (`self.position_embedding(
@@ -453,7 +453,8 @@ def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: boo
     if saver is None or not isinstance(write, ast.AugAssign) or not isinstance(write.target, ast.Name):
         return None
     function, owner, name = src.enclosing_function(write), src.enclosing_class(write), write.target.id
-    if function is None or src.last_assignment(function, name, write.lineno) is not None:
+    if function is None or any(a.stmt.lineno < write.lineno and id(a.stmt) not in passed
+                               for a in src.assignments(function, name)):
         return None
     for _ in range(_MAX_PASSED_DOWN):
         if owner is None or function.name != "forward" or name not in src.parameter_names(function):
@@ -475,6 +476,30 @@ def _made_by_a_caller(ctx, write: ast.stmt, saver: str | None, result_saved: boo
             return source, made.stmt, argument.id
         function, owner, name = method, src.enclosing_class(method), argument.id
     return None
+
+
+def _passed_through(ctx, write: ast.stmt) -> set[int]:
+    """The statements (by id) before `write` in its `forward` that hand the name it writes on
+    unchanged: `x = self.project_in(x)` where the attribute is an `nn.Identity` in every module of
+    the class (x-transformers' wrapper without `dim_in`). Made nothing, they are passed over."""
+    function, owner = src.enclosing_function(write), src.enclosing_class(write)
+    if function is None or owner is None or not isinstance(write, ast.AugAssign) \
+            or not isinstance(write.target, ast.Name):
+        return set()
+    name = write.target.id
+    instances = [module for _, top, _ in naming.module_bindings(ctx.frames) for module in top.modules()
+                 if not type(module).__module__.startswith("torch") and class_source(module)[1] is owner]
+    passed = set()
+    for made in src.assignments(function, name):
+        value = made.value
+        if made.stmt.lineno >= write.lineno or not isinstance(value, ast.Call) or len(value.args) != 1 \
+                or value.keywords or not isinstance(value.args[0], ast.Name) or value.args[0].id != name:
+            continue
+        attribute = src.canonical(value.func)
+        if instances and attribute.startswith("self.") and attribute.count(".") == 1 and all(
+                isinstance(getattr(module, attribute[5:], None), torch.nn.Identity) for module in instances):
+            passed.add(id(made.stmt))
+    return passed
 
 
 # Modules a tensor is followed up through, from the forward that wrote it to the one that made it.
@@ -647,13 +672,16 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     passed = _passed_to_a_call(stmt) if not result_saved else None
     read = _made_by(src.enclosing_function(stmt) or source.tree, stmt) if isinstance(stmt, ast.AugAssign) else None
     read = read or _made_by_saver(stmt, saver, result_saved)
+    through = _passed_through(ctx, stmt) if read is not None else set()
+    if read is not None and id(read) in through:
+        read = None
     if read is None and not result_saved and _reads_itself(stmt, name):
         # `x /= torch.norm(x)`: the norm saved `x` as the statement before made it.
         made = src.last_assignment(src.enclosing_function(stmt) or source.tree, name, stmt.lineno)
         read = made.stmt if made is not None and not isinstance(made.stmt, ast.AugAssign) else None
     alias = _read_under_alias(stmt) if read is None else None
-    caller = _made_by_a_caller(ctx, stmt, saver, result_saved) if read is None and alias is None and passed is None \
-        else None
+    caller = _made_by_a_caller(ctx, stmt, saver, result_saved, through) \
+        if read is None and alias is None and passed is None else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
     fed = _fed_by_a_call(source, stmt, name, saver) if isinstance(node, ast.keyword) and result_saved else None
     summed = _made_by_an_operator(ctx, made_by) if isinstance(node, ast.keyword) and not result_saved else None
