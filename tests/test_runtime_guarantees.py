@@ -401,3 +401,32 @@ def test_naming_reads_a_dict_only_as_far_as_its_first_entries():
     found = naming.bindings([sys._getframe()])
     assert any(b.expression == "table[0]" for b in found)
     assert Counted.read <= naming.MAX_ITEMS
+
+
+def test_a_leaf_numbered_when_first_used_is_no_history_of_that_iteration():
+    """torch 2.13 numbers a leaf's AccumulateGrad 2**64 - 1; a build that numbers it when the
+    weight is first used would put it in the first iteration, and every graph that reaches the
+    weights would seem to reach back there. The walk reads it as a leaf whatever its number, so
+    the only stale history found is the node made before the mark."""
+    from explainer.runtime import graph
+
+    class AccumulateGrad:  # torch's node type is known by its name
+        next_functions = ()
+
+        def _sequence_nr(self):
+            return 0
+
+    class MulBackward0:
+        def __init__(self, seq, *inputs):
+            self.seq, self.next_functions = seq, tuple((node, 0) for node in inputs)
+
+        def _sequence_nr(self):
+            return self.seq
+
+    weight = AccumulateGrad()
+    old = MulBackward0(3, weight)
+    new = MulBackward0(12, weight, old)
+    graph.reset_budget()
+    walked = graph.walk([new])
+    assert graph.sequence(weight) == walked.seq[id(weight)] == graph.LEAF_SEQ
+    assert graph.stale_boundary(walked, 10) == [id(old)]

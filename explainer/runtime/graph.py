@@ -91,6 +91,14 @@ def is_leaf(node) -> bool:
     return type(node).__name__ == "AccumulateGrad"
 
 
+def sequence(node) -> int:
+    """`node`'s autograd sequence number, and LEAF_SEQ for a leaf's AccumulateGrad whatever number
+    the torch build gives it: made when the leaf was first used, it would look like history of
+    that iteration, in every graph that reaches the weights."""
+    seq = node._sequence_nr()
+    return LEAF_SEQ if seq != LEAF_SEQ and type(node).__name__ == "AccumulateGrad" else seq
+
+
 def leaf_variable(node):
     return getattr(node, "variable", None)
 
@@ -122,7 +130,7 @@ def walk(roots, *, expand=None, reserve: int = 0) -> Walk:
     while queue:
         node = queue.popleft()
         key = id(node)
-        seq = node._sequence_nr()
+        seq = sequence(node)
         seqs[key] = seq
         if expand is not None and not expand(seq):
             continue
@@ -293,7 +301,7 @@ def reaches(start, targets: set[int], mark: int) -> bool:
     queue = deque([start])
     while queue:
         node = queue.popleft()
-        if node._sequence_nr() < mark:
+        if sequence(node) < mark:
             continue
         found = _afforded_children(node)
         if found is None:

@@ -130,7 +130,7 @@ def _kept_graph(ctx: Context) -> Finding | None:
     for count, i in sorted(grown):
         count = -count
         grad_fn = bindings[i].value.grad_fn
-        stale = [child for child, _ in graph.children(grad_fn) if child is not None and child._sequence_nr() < marks[-1]]
+        stale = [child for child, _ in graph.children(grad_fn) if child is not None and graph.sequence(child) < marks[-1]]
         if count < 3 and not graph.holds_freed(stale or [grad_fn]):
             continue
         if current is None:
@@ -329,7 +329,7 @@ def _stale_spans(tops, marks: list[int]) -> dict[int, int]:
         node, children_done = stack.pop()
         key = id(node)
         if children_done:
-            seq = node._sequence_nr()
+            seq = graph.sequence(node)
             bits = 1 << bisect.bisect_right(marks, seq) if seq < marks[-1] else 0
             for child, _ in graph.children(node):
                 if child is not None:

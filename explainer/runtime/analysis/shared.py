@@ -160,9 +160,10 @@ def _stale_around(roots, cut: set[int], mark: int) -> bool:
         if id(node) in seen or id(node) in cut:
             continue
         seen.add(id(node))
-        if node._sequence_nr() < mark and not graph.is_leaf(node):
+        seq = graph.sequence(node)
+        if seq < mark:
             return True
-        if node._sequence_nr() >= mark:
+        if seq != graph.LEAF_SEQ:
             queue.extend(child for child, _ in graph.children(node) if child is not None)
     return False
 
