@@ -160,6 +160,8 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
     at every backward, until the epoch ends. Found where the items of one list (the same key of
     each: `outputs[i]['loss']`) come from as many earlier iterations as there are items, two at
     least and more than any earlier backward saw there, and this backward reaches none of them.
+    Graphs no backward went through count only in a local list its function never reads back
+    (udacity's epoch `samples`, only appended to: BX005 run-kept-unread).
     `current`: this backward's graph as `_kept_graph` walked it, or None where it did not."""
     groups: dict[tuple, list] = {}
     for binding in bindings:
@@ -179,8 +181,8 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
         # `log_probs`, summed at its end, or MAML's query losses between two `autograd.grad`
         # calls): only a local list that its function never reads back (udacity's epoch
         # `samples`, only appended to) is known to keep them for nothing.
-        if not all(freed) and (any(freed) or not isinstance(base, str) or head
-                               or ctx.call.api != "backward" or ctx.call.retain_graph or ctx.call.create_graph):
+        if not all(freed) and (any(freed) or head or ctx.call.api != "backward" or ctx.call.retain_graph
+                               or ctx.call.create_graph):
             continue
         container = naming.Binding(frame_index, base, head, None, None).expression
         frame = ctx.frames[frame_index]
@@ -225,8 +227,9 @@ def _kept_each_iteration(ctx: Context, bindings, spans: dict[int, int], marks: l
 
 
 def _items(ctx: Context, binding: naming.Binding, head: tuple, tail: tuple) -> list:
-    """The grad_fns of what each item of the list `binding` is an item of holds at `tail`, read
-    from its frame again; empty where it is not a list of tensors with history."""
+    """The grad_fn of each item of the list that `head` leads to from `binding`'s base (of what
+    the item holds at `tail`), read from the frame again; empty where that is no list, or an
+    item has no history."""
     container = ctx.reach(binding, head)
     if not isinstance(container, list) or len(container) > naming.MAX_ITEMS:
         return []
