@@ -216,6 +216,41 @@ INFERENCE_EVAL = """
             evaluate(torch.rand(8, 1))
 """
 
+# An LSTM's batch-first output, a view, written into in place by the module it is passed to
+# (x-transformers' `x += self.pos_emb(x)`, lucidrains/x-transformers#55).
+LSTM_VIEW = """
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.pos = torch.nn.Embedding(6, 4)
+                self.proj = torch.nn.Linear(4, 1)
+
+            def forward(self, x):
+                x += self.pos(torch.arange(x.shape[1]))
+                return self.proj(x)
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = torch.nn.LSTM(4, 4, batch_first=True)
+                self.head = Wrapper()
+
+            def forward(self, x):
+                x, _ = self.rnn(x)  # culprit
+                return self.head(x)
+
+        net = Model()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = net(torch.randn(3, 6, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+
+
 PATTERNS = {
     "a step between two backward calls, the same optimizer stepping after the second": (
         "inplace-modified", "model[2].weight", MINIMAX),
@@ -1637,72 +1672,12 @@ PATTERNS = {
     # An LSTM's batch-first output, a view, written into in place by the module it is passed to
     # (x-transformers' `x += self.pos_emb(x)`, lucidrains/x-transformers#55): the graph records
     # the write as CopySlices, which names no operation.
-    "an LSTM's output written into in place through its batch-first view": ("inplace-modified", "x", """
-        import torch
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.pos = torch.nn.Embedding(6, 4)
-                self.proj = torch.nn.Linear(4, 1)
-
-            def forward(self, x):
-                x += self.pos(torch.arange(x.shape[1]))
-                return self.proj(x)
-
-        class Model(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.rnn = torch.nn.LSTM(4, 4, batch_first=True)
-                self.head = Wrapper()
-
-            def forward(self, x):
-                x, _ = self.rnn(x)  # culprit
-                return self.head(x)
-
-        net = Model()
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-        for _ in range(2):
-            loss = net(torch.randn(3, 6, 4)).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    """),
+    "an LSTM's output written into in place through its batch-first view": ("inplace-modified", "x", LSTM_VIEW),
     # The same, the output handed on first by an `nn.Identity` (x-transformers' `project_in` without
     # `dim_in`): that statement made nothing, and the LSTM's output is named where it was made.
-    "an LSTM's output handed on by an identity, then written into in place": ("inplace-modified", "x", """
-        import torch
-
-        class Wrapper(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.project_in = torch.nn.Identity()
-                self.pos = torch.nn.Embedding(6, 4)
-                self.proj = torch.nn.Linear(4, 1)
-
-            def forward(self, x):
-                x = self.project_in(x)
-                x += self.pos(torch.arange(x.shape[1]))
-                return self.proj(x)
-
-        class Model(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.rnn = torch.nn.LSTM(4, 4, batch_first=True)
-                self.head = Wrapper()
-
-            def forward(self, x):
-                x, _ = self.rnn(x)  # culprit
-                return self.head(x)
-
-        net = Model()
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-        for _ in range(2):
-            loss = net(torch.randn(3, 6, 4)).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    """),
+    "an LSTM's output handed on by an identity, then written into in place": ("inplace-modified", "x", LSTM_VIEW.replace(
+        "self.pos = torch.nn.Embedding(6, 4)", "self.project_in = torch.nn.Identity()\n" + " " * 16 + "self.pos = torch.nn.Embedding(6, 4)").replace(
+        "x += self.pos", "x = self.project_in(x)\n" + " " * 16 + "x += self.pos")),
     # A branch replaces the loss with a constant on a batch without positives (nanodet's GFLHead):
     # the constant is named, and with the fix the backward runs on such a batch too.
     "a loss replaced by a constant in a branch": ("no-grad", "loss", """
