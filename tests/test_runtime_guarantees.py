@@ -430,3 +430,24 @@ def test_a_leaf_numbered_when_first_used_is_no_history_of_that_iteration():
     walked = graph.walk([new])
     assert graph.sequence(weight) == walked.seq[id(weight)] == graph.LEAF_SEQ
     assert graph.stale_boundary(walked, 10) == [id(old)]
+
+
+def test_a_tensor_at_a_freed_roots_address_is_not_that_calls_root():
+    """A call records its roots' ids. Pearl's critic `loss` was freed when its helper returned,
+    and the actor's `q` took its address in some runs (PYTHONHASHSEED chose): `q` was read as
+    the critic's loss and a shared `feat` (an int) named as the carrier. A root was made before
+    its call; what was made after is not one, whatever its id."""
+    from explainer.runtime.analysis.context import Context
+    from explainer.runtime.records import BackwardCall
+
+    weight = torch.ones(2, requires_grad=True)
+    loss = (weight * 2).sum()
+    mark = hooks._peek_sequence_nr()
+    q = (weight * 3).sum()  # made after the call: at a freed root's address, it is no root
+
+    def call(*tensors):
+        return BackwardCall(1, mark, tuple(map(id, tensors)), __file__, 1, False, False, "backward")
+
+    ctx = Context(None, [], [sys._getframe()], (), ())
+    assert [b.expression for b in ctx.bound_roots(call(loss, q))] == ["loss"]
+    assert ctx.bound_roots(call(q)) == []

@@ -46,7 +46,7 @@ class Context:
     def _shares_graph(self, call: BackwardCall) -> bool:
         """Whether the graph of `call`'s roots, where they are still bound, shares a node other
         than a leaf with this backward's graph."""
-        roots = [b.value.grad_fn for b in self.bound_roots(call) if b.value.grad_fn._sequence_nr() < call.mark]
+        roots = [b.value.grad_fn for b in self.bound_roots(call)]
         if not roots or not self.root_nodes():
             return False
         theirs = graph.walk(roots)
@@ -54,8 +54,12 @@ class Context:
         return any(key in theirs.nodes and seq != graph.LEAF_SEQ for key, seq in ours.seq.items())
 
     def bound_roots(self, call: BackwardCall) -> list[naming.Binding]:
-        """The bindings in the user's frames of the tensors `call` back-propagated, with a graph."""
-        return [b for b in self.bindings() if id(b.value) in call.root_ids and b.value.grad_fn is not None]
+        """The bindings in the user's frames of the tensors `call` back-propagated, with a graph.
+        A call records its roots' ids only, and a root freed since may have left its id to a
+        tensor made later (Pearl's actor `q`, at the address of the critic's freed `loss`): a
+        root's graph was made before the call."""
+        return [b for b in self.bindings() if id(b.value) in call.root_ids and b.value.grad_fn is not None
+                and b.value.grad_fn._sequence_nr() < call.mark]
 
     def bindings(self) -> list[naming.Binding]:
         if self._bindings is None:

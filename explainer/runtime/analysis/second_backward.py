@@ -74,8 +74,7 @@ def _freed_only(current: graph.Walk, targets: set[int]) -> set[int]:
 def _shared_with_previous(ctx: Context, roots, previous: BackwardCall) -> tuple[graph.Walk, set[int]]:
     """Both losses were built before the first backward (one trunk, two heads): where this
     graph meets the one the previous backward went through."""
-    previous_roots = [b.value.grad_fn for b in ctx.bound_roots(previous)
-                      if b.value.grad_fn._sequence_nr() < previous.mark]
+    previous_roots = [b.value.grad_fn for b in ctx.bound_roots(previous)]
     full = graph.walk(roots, reserve=graph.WRAP_BUDGET // 5 if previous_roots else 0)
     if not previous_roots:
         return full, {id(r) for r in roots}
