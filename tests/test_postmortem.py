@@ -55,7 +55,6 @@ MISSES = {
 HOOKED_WRONG = {
     "real/deep_object_reid_center_loss_step_before_total_backward",
     "real/keras_stateful_lstm_state_assign",
-    "real/pearl_ddpg_lstm_critic_then_actor_backward",
     "real/styletts2_slm_disc_step_before_gen",
 }
 

@@ -53,10 +53,9 @@ NOT_YET: dict[str, str] = {
                                                   "returns of `get()`, as the twin does, but the next step then "
                                                   "fails in the old Euclidean distance, which the twin also "
                                                   "replaces with `torch.cdist` (a second bug, of shapes)",
-    "real/pearl_ddpg_lstm_critic_then_actor_backward": "`batch.state` is named, but at the actor's backward "
-                                                       "(157), not where `preprocess_batch` set it (139), and "
-                                                       "no fix: the twin sums the critic's and the actor's "
-                                                       "losses for one backward, then steps both",
+    "real/pearl_ddpg_lstm_critic_then_actor_backward": "`batch.state` at line 139 is named, but no fix: the "
+                                                       "twin sums the critic's and the actor's losses for one "
+                                                       "backward, then steps both",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "

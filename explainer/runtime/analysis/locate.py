@@ -96,6 +96,8 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
         found = _locate_attribute(binding.owner, binding.steps[-1][1])
         if found is not None and found.in_init:
             found = _built_by_its_holder(ctx, binding) or found
+    if found is None:
+        found = _set_by_a_helper(ctx, binding)
     key = binding.steps[-1][1] if binding.steps and binding.steps[-1][0] == "item" else None
     if found is None and isinstance(key, str):
         # `total_loss[loss_name] += loss_val * batch_size` (YOLO's epoch totals): a dict filled
@@ -112,6 +114,41 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
     if found is None and attribute is not None and binding.owner is not None:
         found = _locate_attribute(binding.owner, attribute)  # `self.cache[key] = feat`
     return found
+
+
+def _set_by_a_helper(ctx: Context, binding: naming.Binding) -> Located | None:
+    """`batch.state`, read where `batch` was passed in, set by a function of the file that a
+    caller handed the same object to before the call that is running now: Pearl's `learn` runs
+    `batch = self.preprocess_batch(batch)`, whose `batch.state = self._history_summarization_module(
+    batch.state)` made the graph both the critic's and the actor's backward run through. The
+    nearest such call, frame by frame outward; None where no caller hands it to such a function."""
+    frame = ctx.frames[binding.frame_index]
+    if not binding.steps or any(kind != "attr" for kind, _ in binding.steps) \
+            or binding.base in ("self", "cls") or not naming.is_argument(frame, binding.base):
+        return None
+    held = frame.f_locals.get(binding.base)
+    if held is None:
+        return None
+    path = "".join(f".{attribute}" for _, attribute in binding.steps)
+    for index in range(binding.frame_index + 1, len(ctx.frames)):
+        outer = ctx.frames[index]
+        source, scope = ctx.frame_source(outer)
+        names = {name for name, value in list(outer.f_locals.items()) if value is held}
+        if source is None or not names:
+            continue
+        calls = sorted((node for node in src.own_nodes(scope) if isinstance(node, ast.Call)
+                        and node.lineno < outer.f_lineno), key=lambda node: (node.lineno, node.col_offset))
+        for call in reversed(calls):
+            helper = helper_called(call, scope)
+            for parameter in sorted(src.parameter_names(helper)) if helper is not None else ():
+                argument = src.argument_for(helper, call, parameter)
+                set_there = src.assignments(helper, parameter + path)
+                if isinstance(argument, ast.Name) and argument.id in names and set_there:
+                    store = set_there[-1]
+                    return Located(source, helper, store.stmt, store.target, source.segment(store.target), False)
+        if not any(naming.is_argument(outer, name) for name in names):
+            return None  # made here, under a name of this frame's: no caller handed it down
+    return None
 
 
 _NO_GRAPH = ("detach", "item", "tolist", "numpy")

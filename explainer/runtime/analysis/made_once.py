@@ -198,10 +198,21 @@ def repeating_owner(ctx: Context, located: Located | None, failing, source) -> a
             if not (ancestor.lineno <= store.lineno <= ancestor.end_lineno) and store.lineno < ancestor.lineno:
                 return ancestor
         if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if store.lineno < ancestor.lineno and located.scope is not ancestor:
+            if store.lineno < ancestor.lineno and located.scope is not ancestor \
+                    and not _handed_in(located, ancestor):
                 return ancestor
             break
     return None
+
+
+def _handed_in(located: Located, function: ast.AST) -> bool:
+    """Made by another function, outside the scopes that enclose `function`, on an object other
+    than `self`: a value its caller handed in (Pearl's `batch.state`, set by `preprocess_batch`
+    for each batch, then passed to `_actor_learn_batch`), made afresh as often as its caller
+    calls, not once before it."""
+    return isinstance(located.scope, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+        and not located.target_text.startswith("self.") \
+        and not any(scope is located.scope for scope in src.ancestors(function))
 
 
 def _called_again_in(ctx: Context, located: Located, owner: ast.AST) -> str | None:
