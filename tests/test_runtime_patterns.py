@@ -3446,3 +3446,44 @@ def test_the_one_term_made_before_a_step_is_detached_where_the_loss_adds_it(expl
     (tmp_path / "patched.py").write_text(patched)
     after = explain_run(tmp_path / "patched.py")
     assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_an_attribute_set_by_the_function_its_holder_was_handed_to_is_named_there(explain_run, tmp_path):
+    """Pearl's shape, with a plain object and a function of the file: `encode(batch)` sets
+    `batch.features` from the encoder, and `learn` hands `batch` on to two updates, each with its
+    own backward. The shared graph is named where `encode` set it, as BX006 (two backward calls of
+    one pass), not as made once before the update that failed (BX004): it is made for each batch."""
+    code = textwrap.dedent("""
+        from types import SimpleNamespace
+
+        import torch
+
+        encoder, head_a, head_b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+        opt_a = torch.optim.SGD([*encoder.parameters(), *head_a.parameters()], lr=0.1)
+        opt_b = torch.optim.SGD(head_b.parameters(), lr=0.1)
+
+        def encode(batch):
+            batch.features = encoder(batch.x).relu()
+            return batch
+
+        def update(head, opt, batch):
+            loss = head(batch.features).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        def learn(batch):
+            update(head_a, opt_a, batch)
+            update(head_b, opt_b, batch)
+
+        for _ in range(2):
+            batch = SimpleNamespace(x=torch.randn(6, 4))
+            batch = encode(batch)
+            learn(batch)
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    row = code.splitlines().index("    batch.features = encoder(batch.x).relu()") + 1
+    assert (finding["kind"], finding["code"]) == ("second-backward", "BX006"), finding["message"]
+    assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("batch.features", row)]
