@@ -2839,6 +2839,29 @@ KEPT_SAMPLES = """
     print(f"{train(4):.3f}")
 """
 
+# gflownet (alexhernandezgarcia/gflownet#133): two moving averages of the loss for early
+# stopping, both first set to the same loss tensor, so the first check sees one name for both;
+# each is then made from its own last value.
+KEPT_EMAS = """
+    import torch
+
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    term_ema = flow_ema = None
+    for step in range(5):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if term_ema is not None and flow_ema is not None:
+            term_ema = 0.5 * loss + 0.5 * term_ema  # culprit
+            flow_ema = 0.5 * loss + 0.5 * flow_ema
+        else:
+            term_ema = loss
+            flow_ema = loss
+    print(f"{term_ema.item():.3f} {flow_ema.item():.3f}")
+"""
+
 @pytest.mark.parametrize("code, variant, culprit_name, fixed", [
     # labelmodels (BatsResearch/labelmodels#4): the total adds up each loss with its graph.
     (KEPT_TOTAL, "run-kept-total", "running_loss", "running_loss += loss.detach()"),
@@ -2875,6 +2898,7 @@ KEPT_SAMPLES = """
         "running_loss.item()", "totals['mse'].item()"),
      "run-kept-total", "totals[name]", "totals[name] += value.detach()"),
     (KEPT_SAMPLES, "run-kept-unread", "samples", "samples.append(samples_z.detach())"),
+    (KEPT_EMAS, "run-kept-stored", "term_ema", "flow_ema = (0.5 * loss + 0.5 * flow_ema).detach()"),
     (KEPT_METER, "run-kept-total", "self.sum", "self.sum = self.sum + val.detach()"),
     (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
     (KEPT_BUFFER_IN_PLACE, "run-kept-stored", "self.running_mean",

@@ -15,7 +15,7 @@ from .. import graph, journal, naming
 from .carried import carried_fixes
 from .context import Context
 from .evidence import culprit, culprit_at, finding, made_at
-from .locate import carriers, held, self_referencing_carrier
+from .locate import carriers, held, self_referencing, self_referencing_carrier
 
 # Nodes one check for kept graphs may wrap: it runs in the first iterations of every script, on
 # graphs that are not failing, so it looks at a small part of them and says nothing when that
@@ -146,8 +146,14 @@ def _kept_graph(ctx: Context) -> Finding | None:
     behind = [held(ctx, bindings[i]) for i, earlier in renewed.items()
               if kept and id(bindings[i].value.grad_fn) not in current.nodes
               and _made_from(bindings[i].value.grad_fn, earlier)]
+    # Values chained the same way whose last value the earlier call saw under another name only
+    # (gflownet's `loss_flow_ema` and `loss_term_ema`, both first set to the same loss): spanning
+    # two iterations or more, outside this backward's graph.
+    alike = [held(ctx, binding) for i, binding in enumerate(bindings)
+             if kept and i not in renewed and bin(spans.get(id(binding.value.grad_fn), 0)).count("1") >= 2
+             and id(binding.value.grad_fn) not in current.nodes]
     for k, (candidate, count) in enumerate(kept):
-        found = _kept_finding(ctx, candidate, count, [other for other, _ in kept[k + 1:]] + behind)
+        found = _kept_finding(ctx, candidate, count, [other for other, _ in kept[k + 1:]] + behind, alike)
         if found is not None:
             return found
     return _kept_each_iteration(ctx, bindings, spans, marks, current)
@@ -256,7 +262,7 @@ def _only_filled(scope: ast.AST, container: str) -> bool:
     return True
 
 
-def _kept_finding(ctx: Context, candidate, iterations: int, others: list) -> Finding | None:
+def _kept_finding(ctx: Context, candidate, iterations: int, others: list, alike: list) -> Finding | None:
     located = candidate.located
     if located is None:
         return None
@@ -276,9 +282,7 @@ def _kept_finding(ctx: Context, candidate, iterations: int, others: list) -> Fin
     else:
         code, variant = "BX005", "run-kept-stored"
         # `self.memory[agent] = state`, a tuple: the binding is one of its elements.
-        steps = candidate.binding.steps
-        element = bool(steps) and steps[-1][0] == "item" and isinstance(steps[-1][1], int)
-        fix = detach_carried.store_without_chaining(located.source, located.store, candidate.name, element)
+        fix = _with_every_store(_store_without_chaining(candidate), candidate, others + alike)
     evidence = Evidence(candidate.name, made_at(ctx, located), ctx.backward_site(),
                         facts=(("iterations", iterations), ("kept_aside", True)))
     return finding(code, variant, "graph-growth", evidence, [culprit(ctx, candidate)], [fix])
@@ -295,6 +299,35 @@ def _with_every_total(first: Fix, candidate, others: list) -> Fix:
                 or other.name in names:
             continue
         same = accumulate_item.add_detached(located.source, other.name, located.assignment)
+        if same is None or overlapping(edits, same.edits):
+            continue
+        edits.extend(same.edits)
+        names.append(other.name)
+    return _also_for(first, edits, names, ("keeps graphs", "keep graphs"))
+
+
+def _store_without_chaining(candidate) -> Fix | None:
+    """The detach of the value `candidate` stores, made from the one stored before."""
+    # `self.memory[agent] = state`, a tuple: the binding is one of its elements.
+    steps = candidate.binding.steps
+    element = bool(steps) and steps[-1][0] == "item" and isinstance(steps[-1][1], int)
+    located = candidate.located
+    return detach_carried.store_without_chaining(located.source, located.store, candidate.name, element)
+
+
+def _with_every_store(first: Fix | None, candidate, others: list) -> Fix | None:
+    """`first` and the same detach for each other value stored the same way, by an assignment
+    of the same function that makes it from its own last value (gflownet's two moving averages
+    of the loss, `loss_term_ema` and `loss_flow_ema`): one leak, one fix."""
+    if first is None:
+        return None
+    edits, names = list(first.edits), [candidate.name]
+    for other in others:
+        located = other.located
+        if located is None or not isinstance(located.store, ast.Assign) or located.scope is not candidate.located.scope \
+                or other.name in names or not self_referencing(located.assignment, located.target_text):
+            continue
+        same = _store_without_chaining(other)
         if same is None or overlapping(edits, same.edits):
             continue
         edits.extend(same.edits)
