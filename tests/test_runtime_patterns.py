@@ -3511,3 +3511,33 @@ def test_an_attribute_set_by_the_function_its_holder_was_handed_to_is_named_ther
     row = code.splitlines().index("    batch.features = encoder(batch.x).relu()") + 1
     assert (finding["kind"], finding["code"]) == ("second-backward", "BX006"), finding["message"]
     assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("batch.features", row)]
+
+
+def test_a_stack_made_before_the_loop_from_items_with_older_graphs_is_named_by_their_list(explain_run, tmp_path):
+    """RLSolver's learned optimizer (AI4Finance-Foundation/RLSolver#91): each proposal is
+    appended to a list with the graph that made it, and the surrogate is fit on the stack of the
+    list, made before the fit loop. Made again inside the loop, the stack would still reach the
+    proposals' freed graphs: the list carries them, named where it is filled."""
+    code = textwrap.dedent("""
+        import torch
+
+        proposer, surrogate = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+        fit = torch.optim.SGD(surrogate.parameters(), lr=0.1)
+        seen = []
+        for step in range(3):
+            proposal = proposer(torch.randn(4)).tanh()
+            seen.append(proposal)  # culprit
+            inputs = torch.stack(seen)
+            targets = torch.randn(len(seen), 1)
+            for epoch in range(2):
+                loss = (surrogate(inputs) - targets).pow(2).mean()
+                fit.zero_grad()
+                loss.backward()
+                fit.step()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert finding["kind"] == "second-backward", finding["message"]
+    assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("seen", row)], finding["message"]

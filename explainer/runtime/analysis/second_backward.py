@@ -9,13 +9,13 @@ import ast
 from ...fixes import stop_caching
 from ...model import Finding
 from ...reading import source as src
-from .. import graph
+from .. import graph, naming
 from ..records import BackwardCall
 from .carried import explain_carried
 from .closed_hooks import explain_closed_hooks
 from .context import Context
 from .grad_frees import explain_freed_by_grad
-from .locate import Candidate, Located, carriers
+from .locate import Candidate, Located, carriers, held
 from .made_once import explain_made_once, filled_before_the_loop, loop_past_the_fill
 from .shared import explain_shared, same_tensor_twice, shared_by_a_loop
 from .stored import explain_stored
@@ -93,6 +93,8 @@ def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, cur
     elif candidate.relation == "direct" and (_memo(candidate.located) or _read_then_replaced(candidate.located)
                                              or stop_caching.keyed_cache(candidate.located) is not None):
         candidate.relation = "stored"  # kept between calls, and read back where it is set
+    if candidate.relation == "direct":
+        candidate = _items_it_was_made_from(ctx, candidate, previous) or candidate
     if candidate.relation == "carried":
         return explain_carried(ctx, candidate, previous, failing, others)
     if candidate.relation == "stored":
@@ -102,6 +104,36 @@ def _by_relation(ctx: Context, candidate: Candidate, previous: BackwardCall, cur
         return explain_stored(ctx, candidate, previous, current, failing, source, scope)
     return explain_made_once(ctx, candidate, previous, failing, source) \
         or explain_shared(ctx, candidate, previous, failing, source, others)
+
+
+def _items_it_was_made_from(ctx: Context, candidate: Candidate, previous: BackwardCall) -> Candidate | None:
+    """The list whose items `candidate`'s statement was made from, where those items' own graphs
+    are older than the backward that freed them: RLSolver's `theta_tensor = th.stack(
+    self.theta_list)` before its fit loop, each theta appended with the learned optimizer's
+    graph. Made again in the loop, the stack would still reach those graphs: the list is what
+    carries them. None where no item read there holds such history."""
+    located = candidate.located
+    value = src.value_of(located.store) if located is not None and isinstance(located.store, ast.stmt) else None
+    if value is None:
+        return None
+    below = graph.walk([candidate.binding.value.grad_fn], expand=lambda seq: True)
+    index_of_frame = candidate.binding.frame_index
+    for node in ast.walk(value):
+        parts = src.canonical(node).split(".") if isinstance(node, (ast.Name, ast.Attribute)) else []
+        if not parts or not all(part.isidentifier() for part in parts):
+            continue
+        # A list, filled one by one (a tuple, as nerfacc's `rays`, is made whole: what made it is
+        # named as it is). Read from the frame, every item: one still bound to another name
+        # (`theta`, just appended) is not among the bindings of the list's items.
+        base, steps = naming.Binding(index_of_frame, parts[0], (), None, None), tuple(("attr", p) for p in parts[1:])
+        container = ctx.reach(base, steps)
+        items = container if isinstance(container, list) and len(container) <= naming.MAX_ITEMS else ()
+        for index, item in enumerate(items):
+            grad_fn = getattr(item, "grad_fn", None)
+            if grad_fn is not None and graph.sequence(grad_fn) < previous.mark and id(grad_fn) in below.nodes:
+                owner = ctx.reach(base, steps[:-1]) if steps else None
+                return held(ctx, naming.Binding(index_of_frame, parts[0], (*steps, ("item", index)), item, owner))
+    return None
 
 
 def _memo(located: Located | None) -> bool:
