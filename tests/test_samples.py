@@ -56,6 +56,10 @@ NOT_YET: dict[str, str] = {
     "real/pearl_ddpg_lstm_critic_then_actor_backward": "`batch.state` at line 139 is named, but no fix: the "
                                                        "twin sums the critic's and the actor's losses for one "
                                                        "backward, then steps both",
+    "real/rlsolver_l2o_surrogate_theta_list_graph": "`self.theta_list` (179) is named, but no fix; the twin "
+                                                    "also fixes a second bug the first hides (the surrogate's "
+                                                    "step changes weights `all_losses.backward()` needs: the "
+                                                    "objective is evaluated with a deep copy)",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "
