@@ -112,12 +112,12 @@ def _items_it_was_made_from(ctx: Context, candidate: Candidate, previous: Backwa
     self.theta_list)` before its fit loop, each theta appended with the learned optimizer's
     graph. Made again in the loop, the stack would still reach those graphs: the list is what
     carries them. None where no item read there holds such history."""
-    located = candidate.located
+    located, index_of_frame = candidate.located, candidate.binding.frame_index
     value = src.value_of(located.store) if located is not None and isinstance(located.store, ast.stmt) else None
-    if value is None:
+    # The names its statement reads are read in the frame that runs it.
+    if value is None or ctx.frame_source(ctx.frames[index_of_frame])[1] is not located.scope:
         return None
     below = graph.walk([candidate.binding.value.grad_fn], expand=lambda seq: True)
-    index_of_frame = candidate.binding.frame_index
     for node in ast.walk(value):
         parts = src.canonical(node).split(".") if isinstance(node, (ast.Name, ast.Attribute)) else []
         if not parts or not all(part.isidentifier() for part in parts):
