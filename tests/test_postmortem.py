@@ -45,9 +45,6 @@ MISSES = {
                                                      "`after_train_iter`, which has returned: no frame shows it",
     "real/ark_nlp_pgd_stale_outputs": "names `loss` (103), back-propagated by the statement before the attack "
                                       "loop: with no record of that backward, nothing says it freed `outputs`",
-    "real/rlsolver_l2o_surrogate_theta_list_graph": "names `inputs` (189): with no record of the fit loop's "
-                                                    "last backward, its mark is estimated after this pass made "
-                                                    "`inputs`, which is then taken for the shared graph",
     "real/medium_style_transfer_content_target": "names `style_score` (124) of the closure: with no record of "
                                                  "LBFGS's earlier closure calls, the module's `self.target` from "
                                                  "before them is not told apart from this call's values",

@@ -370,6 +370,10 @@ def _makes_a_node(value, frame) -> bool:
     it keeps, as a container's `get` does."""
     if isinstance(value, (ast.BinOp, ast.UnaryOp)):
         return True
+    if isinstance(value, ast.Subscript):
+        # `inputs = theta_tensor[indices]`: indexing a tensor makes a node (a view's or a
+        # copy's); indexing a list or a dict hands back a tensor it holds.
+        return isinstance(_lookup(value.value, frame), torch.Tensor)
     if not isinstance(value, ast.Call):
         return False
     callee = _lookup(value.func, frame)
