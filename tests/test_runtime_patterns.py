@@ -3541,3 +3541,40 @@ def test_a_stack_made_before_the_loop_from_items_with_older_graphs_is_named_by_t
     row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
     assert finding["kind"] == "second-backward", finding["message"]
     assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("seen", row)], finding["message"]
+
+
+def test_two_gradient_passes_over_slices_of_one_output_name_that_output_and_keep_its_graph(explain_run, tmp_path):
+    """pi-lnn's residual-based point selection (latteine1217/pi-lnn, 4c76b6b): `u` and `v` are
+    slices of one forward, each handed to a helper whose `autograd.grad(y, ...)` frees the graph
+    they share. Named where the shared output was made, not as the helper's `y`; the fix keeps
+    the graph with `retain_graph=True`, written after the call's trailing comma."""
+    code = textwrap.dedent("""
+        import torch
+
+        net = torch.nn.Linear(3, 2)
+        points = torch.randn(8, 3, requires_grad=True)
+        out = net(points).tanh()  # culprit
+        u = out[:, 0:1]
+        v = out[:, 1:2]
+
+        def grad_of(y):
+            g = torch.autograd.grad(
+                y, points, torch.ones_like(y),
+                create_graph=False,
+            )[0]
+            return g
+
+        residual = grad_of(u)[:, 0] + grad_of(v)[:, 1]
+        print(residual.abs().mean().item() >= 0)
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    (finding,) = explain_run(script).findings
+    row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert (finding["code"], finding["variant"]) == ("BX010", "run-two-passes"), finding["message"]
+    assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("out", row)], finding["message"]
+    patched = tmp_path / "patched.py"
+    patched.write_text(apply_edits(code, Fix.from_json(finding["fixes"][0]).edits))
+    assert "create_graph=False,\n    retain_graph=True)[0]" in patched.read_text()
+    after = explain_run(patched)
+    assert (after.returncode, after.findings) == (0, []), after.stderr

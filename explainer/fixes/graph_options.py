@@ -12,7 +12,9 @@ from .edits import node_end, node_start
 def insert_keyword(source: Source, call: ast.Call, keyword: str) -> Edit:
     end = node_end(source, call)
     at = Location(end.row, end.column - 1)
-    separator = ", " if (call.args or call.keywords) else ""
+    # After a trailing comma (`allow_unused=True,` then `)` on its own line), no other.
+    trailing = source.segment(call)[:-1].rstrip().endswith(",")
+    separator = ", " if (call.args or call.keywords) and not trailing else ""
     return Edit(source.filename, f"{separator}{keyword}", at, at)
 
 

@@ -9,9 +9,11 @@ from ...fixes.edits import node_start
 from ...model import Finding
 from ...reading import source as src
 from ...reading.dataflow import ancestors
+from .. import graph
 from ..records import BackwardCall
 from .context import Context
-from .evidence import culprit_at, finding, freed_graph
+from .evidence import culprit, culprit_at, finding, freed_graph
+from .locate import Candidate, held
 
 
 def explain_freed_by_grad(ctx: Context, previous: BackwardCall) -> Finding | None:
@@ -51,6 +53,9 @@ def _two_gradient_passes(ctx: Context, source, call: ast.Call, name: str, previo
     does not use the first's result."""
     grad_code = source.segment(call)
     between = ctx.steps_between(previous.tick, ctx.call.tick)
+    shared = _where_the_passes_meet(ctx, previous)
+    if shared is not None:
+        name = shared.name
     fixes = []
     if not between:
         fixes.append(graph_options.add_retain_graph(
@@ -59,4 +64,24 @@ def _two_gradient_passes(ctx: Context, source, call: ast.Call, name: str, previo
     evidence = freed_graph(ctx, name, None, previous, "after-step" if between else "two-passes", grad_call=grad_code,
                            api="grad" if src.call_named(failing, "grad") is not None else "backward")
     return finding("BX010", "run-two-passes", "second-backward", evidence,
-                   [culprit_at(name, source, node_start(source, call))], fixes)
+                   [culprit(ctx, shared) if shared is not None else culprit_at(name, source, node_start(source, call))],
+                   fixes)
+
+
+def _where_the_passes_meet(ctx: Context, previous: BackwardCall) -> Candidate | None:
+    """The tensor bound in the user's frames whose graph both gradient passes went through, as
+    the user made it: pi-lnn's `uvp`, sliced into `u` and `v`, each handed to the helper whose
+    `autograd.grad(y, ...)` takes it; the latest made where several are. None where the earlier
+    pass's roots are not bound any more, where this pass goes through one of them (that root is
+    what the earlier call was given: atomistic-attacks' `energy`, read again by the loss), or
+    where no bound tensor tops what the two graphs share."""
+    theirs = [b.value.grad_fn for b in ctx.bound_roots(previous)]
+    ours = ctx.root_nodes()
+    if not theirs or not ours:
+        return None
+    current = graph.walk(ours)
+    if any(id(root) in current.nodes for root in theirs):
+        return None
+    tops = set(graph.shared_top(current, graph.walk(theirs)))
+    shared = [b for b in ctx.bindings() if b.value.grad_fn is not None and id(b.value.grad_fn) in tops]
+    return held(ctx, max(shared, key=lambda b: graph.sequence(b.value.grad_fn))) if shared else None
