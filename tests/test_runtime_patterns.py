@@ -3578,3 +3578,42 @@ def test_two_gradient_passes_over_slices_of_one_output_name_that_output_and_keep
     assert "create_graph=False,\n    retain_graph=True)[0]" in patched.read_text()
     after = explain_run(patched)
     assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_targets_appended_once_before_the_loop_from_an_untrained_model_are_stored_detached(explain_run, tmp_path):
+    """torch-dreams' static caricature (Mayukhdeb/torch-dreams#38): the layer outputs of the
+    input image are appended once before the loop, where the loop's own append runs only when
+    they are not static; the image is trained, the model is not. Named at the append that ran
+    (its items are older than any backward), and stored detached: every step compares with the
+    same values."""
+    code = textwrap.dedent("""
+        import torch
+
+        model = torch.nn.Linear(4, 4)
+        image = torch.nn.Parameter(torch.zeros(1, 4))
+        opt = torch.optim.SGD([image], lr=0.1)
+        reference = torch.randn(1, 4)
+        static = True
+        if static:
+            targets = []
+            targets.append(model(reference))  # culprit
+        for step in range(3):
+            if not static:
+                targets = []
+                targets.append(model(reference + 0.1 * step))
+            loss = -(model(image) * targets[0]).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    (finding,) = explain_run(script).findings
+    row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("targets", row)], finding["message"]
+    fix = finding["fixes"][0]
+    patched = tmp_path / "patched.py"
+    patched.write_text(apply_edits(code, Fix.from_json(fix).edits))
+    assert fix["applicability"] == "safe" and "targets.append(model(reference).detach())  # culprit" in patched.read_text()
+    after = explain_run(patched)
+    assert (after.returncode, after.findings) == (0, []), after.stderr

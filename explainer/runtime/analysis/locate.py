@@ -74,7 +74,7 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
         whole = src.assignments(scope, container)
         if whole and not src.appends(scope, container):
             return _pick(ctx, source, scope, whole, container, before_row, from_last_iteration)
-        stored = _locate_stored(binding, source, scope)
+        stored = _locate_stored(ctx, binding, source, scope)
         attribute = _container_attribute(binding)
         if stored is None and attribute is not None and binding.owner is not None:
             # `model.hidden[0]`: an LSTM's (h, c) kept on the module, set in its forward.
@@ -365,11 +365,21 @@ def _stored_by_helper(source, class_node: ast.ClassDef, helper: ast.AST, call: a
     return Located(source, helper, store, target, source.segment(target), True, class_node=class_node)
 
 
-def _locate_stored(binding, source, scope) -> Located | None:
+def _locate_stored(ctx: Context, binding, source, scope) -> Located | None:
+    """The append that filled the list: the last one, or, for an item made before any recorded
+    backward ran, the last outside the loops around the backward (torch-dreams' static targets,
+    appended once before the loop, where the loop's own append runs only when they are not
+    static)."""
     container = binding.container_expression
     calls = src.appends(scope, container) or src.appends(source.tree, container, deep=True)
     if not calls:
         return None
+    first_mark = min((call.mark for call in ctx.calls), default=None)
+    grad_fn = getattr(binding.value, "grad_fn", None)
+    if grad_fn is not None and first_mark is not None and graph.sequence(grad_fn) < first_mark:
+        loops = ctx.backward_loops(source, scope)
+        before = [call for call in calls if not any(loop.lineno <= call.lineno <= loop.end_lineno for loop in loops)]
+        calls = before or calls
     return Located(source, scope, calls[-1], calls[-1], container, True)
 
 

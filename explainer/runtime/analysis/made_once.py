@@ -7,7 +7,15 @@ import ast
 
 import torch
 
-from ...fixes import constant_data, detach_every_read, detach_peer_reads, move_into_loop, own_value, rerun_forward
+from ...fixes import (
+    constant_data,
+    detach_carried,
+    detach_every_read,
+    detach_peer_reads,
+    move_into_loop,
+    own_value,
+    rerun_forward,
+)
 from ...model import Finding
 from ...reading import source as src
 from ...reading.dataflow import ancestors
@@ -182,6 +190,10 @@ def filled_before_the_loop(ctx: Context, candidate: Candidate, previous: Backwar
     between = ctx.steps_between(previous.tick, ctx.call.tick)
     own = detach_peer_reads.own_index(failing, loop)
     fix = detach_peer_reads.detach_peer_items(source, loop, name, own, failing.lineno) if own is not None else None
+    if fix is None and located is not None and isinstance(located.store, ast.Call) and _untrained_leaves(ctx, candidate):
+        # Targets made from weights no optimizer trains (torch-dreams' static layer outputs of
+        # the input image): stored detached, every pass still compares with the same values.
+        fix = detach_carried.detach_stored_value(located.source, located.store, name, False)
     evidence = freed_graph(ctx, name, located, previous, "after-step" if between else "grows", loop_row=loop.lineno,
                            repeat="pass")
     return finding("BX004", "run-filled", "second-backward", evidence, [culprit(ctx, candidate)], [fix],
