@@ -96,7 +96,7 @@ def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases(
         "real/labelmodels_running_loss_graph", "real/medipixel_ppo_total_loss_twice",
         "real/ml2021_hw7_train_loss_graph", "real/morvanzhou_gan_d_step_before_g_backward",
         "real/morvanzhou_rnn_regressor_h_state_not_repacked", "real/openasr_iter_one_epoch_tot_loss_graph",
-        "real/pytorch_gan_wgan_fake_imgs",
+        "real/pyod_deepsvdd_weight_penalty_built_once", "real/pytorch_gan_wgan_fake_imgs",
         "real/ray_finetune_llm_loss_sum_graph", "real/resample_retain_step", "real/so_gan_loss_d_through_generator",
         "real/srgan_d_step_before_g_loss", "real/vq_pytorch_ema_lerp_keeps_encoder_graph"]
 

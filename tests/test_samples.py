@@ -60,6 +60,11 @@ NOT_YET: dict[str, str] = {
                                                     "also fixes a second bug the first hides (the surrogate's "
                                                     "step changes weights `all_losses.backward()` needs: the "
                                                     "objective is evaluated with a deep copy)",
+    "real/adaptive_navigation_cached_gat_state_after_step": "named `self.utils.gat.gat_net[1].scoring_fn_target`, "
+                                                            "the stepping agent's path to the weight, not `self.gat` "
+                                                            "as Utils wrote it where the graph was built (68), and "
+                                                            "no fix: the twin stops caching the GAT's output and "
+                                                            "runs it for each loss",
     "real/argmax_coor_loss": "`torch.argmax` at line 37 is named, but no fix: a loss on argmax needs "
                              "another loss (cross-entropy on the bin scores), not an undone cut",
     "real/bicyclegan_z_l1_after_e_step": "netE's step is named, but no fix: the twin back-propagates both losses "
