@@ -126,14 +126,14 @@ def _set_by_a_helper(ctx: Context, binding: naming.Binding) -> Located | None:
     if not binding.steps or any(kind != "attr" for kind, _ in binding.steps) \
             or binding.base in ("self", "cls") or not naming.is_argument(frame, binding.base):
         return None
-    held = frame.f_locals.get(binding.base)
-    if held is None:
+    holder = frame.f_locals.get(binding.base)
+    if holder is None:
         return None
     path = "".join(f".{attribute}" for _, attribute in binding.steps)
     for index in range(binding.frame_index + 1, len(ctx.frames)):
         outer = ctx.frames[index]
         source, scope = ctx.frame_source(outer)
-        names = {name for name, value in list(outer.f_locals.items()) if value is held}
+        names = {name for name, value in list(outer.f_locals.items()) if value is holder}
         if source is None or not names:
             continue
         calls = sorted((node for node in src.own_nodes(scope) if isinstance(node, ast.Call)
