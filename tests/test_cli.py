@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -150,9 +151,9 @@ def test_importing_the_package_does_not_import_torch():
     assert proc.stdout == "False\n", proc.stderr
 
 
-def _explainer(*args, cwd, env=None):
+def _explainer(*args, cwd, env=None, **options):
     return subprocess.run([sys.executable, "-m", "explainer", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, **options)
 
 
 MODULE_TRAIN = """
@@ -337,6 +338,12 @@ def test_a_script_gets_the_globals_python_gives_it(tmp_path):
     assert f"'{tmp_path / 'show.py'}' module SourceFileLoader None None" in ours.stdout
 
 
+def _sigint_as_in_a_shell():
+    """SIGINT as a shell gives a command it runs: a test run started in the background
+    (`nohup ... &`) passes SIGINT on ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_ends_like_python_with_130_and_still_writes_the_json(tmp_path):
     write(tmp_path, "interrupted.py", """
         import os, signal, time
@@ -345,8 +352,9 @@ def test_ctrl_c_ends_like_python_with_130_and_still_writes_the_json(tmp_path):
         time.sleep(30)
     """)
     out = tmp_path / "out.json"
-    ours = _explainer("run", "--json", str(out), "interrupted.py", cwd=tmp_path)
-    python = subprocess.run([sys.executable, "interrupted.py"], capture_output=True, text=True, cwd=tmp_path)
+    ours = _explainer("run", "--json", str(out), "interrupted.py", cwd=tmp_path, preexec_fn=_sigint_as_in_a_shell)
+    python = subprocess.run([sys.executable, "interrupted.py"], capture_output=True, text=True, cwd=tmp_path,
+                            preexec_fn=_sigint_as_in_a_shell)
     assert ours.returncode == python.returncode == -2  # killed by SIGINT: a shell says 130
     assert (ours.stdout, ours.stderr) == (python.stdout, python.stderr)
     assert json.loads(out.read_text()) == {"version": 1, "findings": []}
