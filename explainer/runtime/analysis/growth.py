@@ -281,7 +281,6 @@ def _kept_finding(ctx: Context, candidate, iterations: int, others: list, alike:
                                                           [o.name for o in same])
     else:
         code, variant = "BX005", "run-kept-stored"
-        # `self.memory[agent] = state`, a tuple: the binding is one of its elements.
         fix = _with_every_store(_store_without_chaining(candidate), candidate, others + alike)
     evidence = Evidence(candidate.name, made_at(ctx, located), ctx.backward_site(),
                         facts=(("iterations", iterations), ("kept_aside", True)))
@@ -292,18 +291,13 @@ def _with_every_total(first: Fix, candidate, others: list) -> Fix:
     """`first` and the same detach for each other total kept the same way in the same source
     (ImVisible adds up `loss`, `MSE` and `cross_entropy`, each in its own total): one leak, one
     fix, so the fixed script does not warn again about the next total."""
-    edits, names = list(first.edits), [candidate.name]
-    for other in others:
+    def same(other) -> Fix | None:
         located = other.located
-        if other.relation != "direct" or located is None or located.source is not candidate.located.source \
-                or other.name in names:
-            continue
-        same = accumulate_item.add_detached(located.source, other.name, located.assignment)
-        if same is None or overlapping(edits, same.edits):
-            continue
-        edits.extend(same.edits)
-        names.append(other.name)
-    return _also_for(first, edits, names, ("keeps graphs", "keep graphs"))
+        if other.relation != "direct" or located.source is not candidate.located.source:
+            return None
+        return accumulate_item.add_detached(located.source, other.name, located.assignment)
+
+    return _with_each_alike(first, candidate, others, same)
 
 
 def _store_without_chaining(candidate) -> Fix | None:
@@ -319,18 +313,27 @@ def _with_every_store(first: Fix | None, candidate, others: list) -> Fix | None:
     """`first` and the same detach for each other value stored the same way, by an assignment
     of the same function that makes it from its own last value (gflownet's two moving averages
     of the loss, `loss_term_ema` and `loss_flow_ema`): one leak, one fix."""
-    if first is None:
-        return None
+    def same(other) -> Fix | None:
+        located = other.located
+        if not isinstance(located.store, ast.Assign) or located.scope is not candidate.located.scope \
+                or not self_referencing(located.assignment, located.target_text):
+            return None
+        return _store_without_chaining(other)
+
+    return _with_each_alike(first, candidate, others, same) if first is not None else None
+
+
+def _with_each_alike(first: Fix, candidate, others: list, same) -> Fix:
+    """`first` with the edits `same(other)` gives for each other candidate placed somewhere (None
+    where it is not kept the same way), each named once, none overlapping an edit taken before."""
     edits, names = list(first.edits), [candidate.name]
     for other in others:
-        located = other.located
-        if located is None or not isinstance(located.store, ast.Assign) or located.scope is not candidate.located.scope \
-                or other.name in names or not self_referencing(located.assignment, located.target_text):
+        if other.located is None or other.name in names:
             continue
-        same = _store_without_chaining(other)
-        if same is None or overlapping(edits, same.edits):
+        fix = same(other)
+        if fix is None or overlapping(edits, fix.edits):
             continue
-        edits.extend(same.edits)
+        edits.extend(fix.edits)
         names.append(other.name)
     return _also_for(first, edits, names, ("keeps graphs", "keep graphs"))
 

@@ -117,7 +117,7 @@ def _items_it_was_made_from(ctx: Context, candidate: Candidate, previous: Backwa
     # The names its statement reads are read in the frame that runs it.
     if value is None or ctx.frame_source(ctx.frames[index_of_frame])[1] is not located.scope:
         return None
-    below = graph.walk([candidate.binding.value.grad_fn], expand=lambda seq: True)
+    below = None  # the candidate's graph, walked once the first older item needs it
     for node in ast.walk(value):
         parts = src.canonical(node).split(".") if isinstance(node, (ast.Name, ast.Attribute)) else []
         if not parts or not all(part.isidentifier() for part in parts):
@@ -130,7 +130,11 @@ def _items_it_was_made_from(ctx: Context, candidate: Candidate, previous: Backwa
         items = container if isinstance(container, list) and len(container) <= naming.MAX_ITEMS else ()
         for index, item in enumerate(items):
             grad_fn = getattr(item, "grad_fn", None)
-            if grad_fn is not None and graph.sequence(grad_fn) < previous.mark and id(grad_fn) in below.nodes:
+            if grad_fn is None or graph.sequence(grad_fn) >= previous.mark:
+                continue
+            if below is None:
+                below = graph.walk([candidate.binding.value.grad_fn], expand=lambda seq: True)
+            if id(grad_fn) in below.nodes:
                 owner = ctx.reach(base, steps[:-1]) if steps else None
                 return held(ctx, naming.Binding(index_of_frame, parts[0], (*steps, ("item", index)), item, owner))
     return None
