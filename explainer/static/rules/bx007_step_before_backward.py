@@ -33,7 +33,7 @@ def check(module: CheckedModule) -> Iterator[Finding]:
         flagged: set[int] = set()
         for backward in calls:
             for step in stepped:
-                if not same_pass(step.call, backward.call) or _kept_to_others(backward, step, stepped):
+                if not same_pass(step.call, backward.call) or _kept_to_others(backward, step, stepped, scope):
                     continue
                 stale = _built_before(backward, step, scope)
                 if stale is None or id(stale.stmt) in flagged or _freed_earlier(stale, backward, calls, scope):
@@ -43,18 +43,25 @@ def check(module: CheckedModule) -> Iterator[Finding]:
                 break
 
 
-def _kept_to_others(backward: Backward, step: Step, stepped) -> bool:
-    """`d_loss.backward(inputs=[p for group in opt_d.param_groups for p in group['params']])`:
-    the gradients are taken for another optimizer's parameters only, whose modules `step` does
-    not update, so the backward stops at those modules and never needs the stepped weights
-    upstream of them (the generator's, in a GAN's discriminator update moved after the
+def _kept_to_others(backward: Backward, step: Step, stepped, scope) -> bool:
+    """`d_loss.backward(inputs=[p for group in opt_d.param_groups for p in group['params']])`,
+    or `inputs=list(D.parameters())`: the gradients are taken for another optimizer's (or
+    another module's) parameters only, whose modules `step` does not update, so the backward
+    stops at those modules and never needs the stepped weights upstream of them (the generator's, in a GAN's discriminator update moved after the
     generator's). Where the source does not show which modules the optimizers train, two
     optimizers are taken to train different ones."""
     keyword = backward.keyword("inputs")
     if keyword is None or src.reads(keyword.value, step.optimizer):
         return False
     owners = [other for other in stepped if other.optimizer != step.optimizer and src.reads(keyword.value, other.optimizer)]
-    return bool(owners) and not any(o.modules and step.modules and o.modules & step.modules for o in owners)
+    if owners:
+        return not any(o.modules and step.modules and o.modules & step.modules for o in owners)
+    # `info_loss.backward(inputs=list(D.parameters()))`: the modules are named themselves, and no
+    # stepped one may be called on what they made.
+    named = {src.canonical(c.func.value) for c in src.calls_named(keyword.value, "parameters", "named_parameters")
+             if isinstance(c.func, ast.Attribute)}
+    return bool(named) and step.modules is not None and not named & step.modules \
+        and _reached_before_the_kept(backward, scope, step.modules, named) is not None
 
 
 def _built_before(backward: Backward, step: Step, scope) -> Ancestor | None:
@@ -158,15 +165,8 @@ def _keep_to_own(source, scope, step: Step, backward: Backward) -> Fix | None:
     after = next_in_its_loop(backward.statement)
     if own is None or not own.modules or own.modules & step.modules or after is None:
         return None
-    reached: set[str] = set()
-    for ancestor in ancestors(backward.root, scope, backward.line):
-        called = modules_called(ancestor.value, scope, ancestor.line) if ancestor.value is not None else set()
-        reached |= called
-        if called & step.modules and (called & own.modules or any(
-                b.value is not None and modules_called(b.value, scope, b.line) & own.modules
-                for b in ancestors(ancestor.value, scope, ancestor.line))):
-            return None
-    if not reached & own.modules:
+    reached = _reached_before_the_kept(backward, scope, step.modules, own.modules)
+    if reached is None or not reached & own.modules:
         return None
     for other in steps(scope):
         if other.optimizer != own.optimizer and (other.modules is None or other.modules & reached) \
@@ -176,6 +176,29 @@ def _keep_to_own(source, scope, step: Step, backward: Backward) -> Fix | None:
                f"no longer goes back through the weights `{source.segment(step.call)}` (line {step.line}) changed; "
                f"the gradients it no longer leaves in the other modules are zeroed before their next step",
                (graph_options.insert_keyword(source, backward.call, graph_options.optimizers_inputs(own.optimizer)),))
+
+
+def _reached_before_the_kept(backward: Backward, scope, stepped: frozenset[str], kept) -> set[str] | None:
+    """The modules `backward`'s graph calls, or None where one of the `stepped` modules is called
+    on what the `kept` ones made: the path back to the kept modules' parameters would then go
+    through the stepped weights."""
+    reached: set[str] = set()
+    for ancestor in ancestors(backward.root, scope, backward.line):
+        called = modules_called(ancestor.value, scope, ancestor.line) if ancestor.value is not None else set()
+        reached |= called
+        if called & stepped and (_called_on(ancestor.value, stepped, kept, scope, ancestor.line) or any(
+                b.value is not None and modules_called(b.value, scope, b.line) & kept
+                for b in ancestors(ancestor.value, scope, ancestor.line))):
+            return None
+    return reached
+
+
+def _called_on(value: ast.AST, outer: frozenset[str], inner, scope, line: int) -> bool:
+    """Whether `value` calls one of the `outer` modules on what one of the `inner` ones returns:
+    `actor(critic(s))` for outer actor and inner critic, not `critic(torch.cat([s, actor(s)]))`."""
+    return any(src.canonical(call.func) in outer
+               and any(modules_called(arg, scope, line) & inner for arg in [*call.args, *(k.value for k in call.keywords)])
+               for call in ast.walk(value) if isinstance(call, ast.Call))
 
 
 def _reads_history_it_does_not_make(scope, stale: Ancestor, step: Step, backward: Backward) -> bool:
@@ -381,6 +404,20 @@ VALID: list[Valid] = [
             opt_D.zero_grad()
             D_loss.backward(inputs=[p for group in opt_D.param_groups for p in group['params']])
             opt_D.step()
+    """),
+    Valid("InfoMax-VAE: the critic's backward after the VAE's step, kept to the critic's own parameters", """
+        VAE, D = nn.Linear(6, 4), nn.Linear(10, 1)
+        optim_VAE, optim_D = torch.optim.Adam(VAE.parameters()), torch.optim.Adam(D.parameters())
+        for x_true in data_loader:
+            z = VAE(x_true)
+            info_xz = -D(torch.cat([x_true, z], 1)).mean()
+            vae_loss = z.pow(2).mean() + info_xz
+            optim_VAE.zero_grad()
+            vae_loss.backward(retain_graph=True)
+            optim_VAE.step()
+            optim_D.zero_grad()
+            info_xz.backward(inputs=list(D.parameters()))
+            optim_D.step()
     """),
     Valid("optimizers held by the networks: the actor's loss from a fresh critic forward",
           OWN_OPTIMIZERS.format(actor_loss="                actor_loss = -self.critic(s, self.actor(s)).mean()\n")),
