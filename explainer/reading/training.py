@@ -83,19 +83,23 @@ def backward_calls(scope: ast.AST) -> tuple[Backward, ...]:
 
 
 def _backward_calls(scope: ast.AST) -> list[Backward]:
-    found = []
-    for node in src.own_nodes(scope):
-        if not is_backward_call(node):
-            continue
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id
-        through_autograd = isinstance(func, ast.Attribute) and src.canonical(func.value).endswith("autograd")
-        if name == "backward" and isinstance(func, ast.Attribute) and not through_autograd:
-            found.append(Backward(node, func.value, "backward"))
-        elif node.args:  # `torch.autograd.grad(y, x)`, `backward(loss)` (from torch.autograd import backward)
-            found.append(Backward(node, node.args[0], "grad" if name == "grad" else "backward"))
+    found = [b for node in src.own_nodes(scope) if (b := as_backward(node)) is not None]
     found.sort(key=lambda b: (b.call.lineno, b.call.col_offset))
     return found
+
+
+def as_backward(node: ast.AST) -> Backward | None:
+    """`node` read as a backward call, or None where it is none."""
+    if not is_backward_call(node):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id
+    through_autograd = isinstance(func, ast.Attribute) and src.canonical(func.value).endswith("autograd")
+    if name == "backward" and isinstance(func, ast.Attribute) and not through_autograd:
+        return Backward(node, func.value, "backward")
+    if node.args:  # `torch.autograd.grad(y, x)`, `backward(loss)` (from torch.autograd import backward)
+        return Backward(node, node.args[0], "grad" if name == "grad" else "backward")
+    return None
 
 
 @dataclass(frozen=True)
@@ -666,18 +670,19 @@ def _instance_of(name: ast.Name, at: ast.AST) -> ast.ClassDef | None:
     return _class_made(name, src.enclosing_function(at) or src.module_of(at), at.lineno, globals_too=True)
 
 
-def runs_backward(node: ast.AST, depth: int = 0) -> bool:
+def runs_backward(node: ast.AST, depth: int = 0, freeing: bool = False) -> bool:
     """A backward call, or a call to a function of this file that runs one (helpers followed
-    three calls deep)."""
+    three calls deep); with `freeing`, one that frees its graph (not `autograd.grad(...,
+    create_graph=True)` in pi-lnn's residuals)."""
     if is_backward_call(node):
-        return True
+        return not freeing or (backward := as_backward(node)) is not None and backward.frees_graph()
     if depth >= 3 or not isinstance(node, ast.Call):
         return False
     helper = helper_called(node, node)
     if helper is None:
         return False
-    return src.cached(helper, "_runs_backward",
-                      lambda: any(runs_backward(n, depth + 1) for n in src.own_nodes(helper)))
+    return src.cached(helper, "_runs_freeing_backward" if freeing else "_runs_backward",
+                      lambda: any(runs_backward(n, depth + 1, freeing) for n in src.own_nodes(helper)))
 
 
 def passed_arguments(helper: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr]:
@@ -765,13 +770,14 @@ def sees_previous_pass(read: ast.expr, expression: str, loop: ast.AST) -> bool:
     return True
 
 
-def flows_into_backward(body_owner: ast.AST, expression: str, reads=None) -> bool:
+def flows_into_backward(body_owner: ast.AST, expression: str, reads=None, freeing: bool = False) -> bool:
     """Whether `expression` is an operand of something back-propagated in `body_owner`, directly
     or through the body's own assignments. `reads` finds the uses that count (operands). A call
-    that stops at `expression` (`torch.autograd.grad(loss, fast_weights)`) does not go through it."""
+    that stops at `expression` (`torch.autograd.grad(loss, fast_weights)`) does not go through it;
+    with `freeing`, only calls that free the graph count (not `backward(retain_graph=True)`)."""
     reads = reads or operand_reads
     return any(reads(node, expression) for backward in backward_calls(body_owner)
-               if not backward.stops_at(expression)
+               if not backward.stops_at(expression) and (not freeing or backward.frees_graph())
                for node in backward_inputs(body_owner, backward.call, backward.root))
 
 

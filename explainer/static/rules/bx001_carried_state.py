@@ -22,6 +22,7 @@ from ...reading.training import (
     operand_reads,
     reset_after,
     running_total,
+    runs_backward,
     sees_previous_pass,
     starts_with_history,
     training_loops,
@@ -40,8 +41,10 @@ def check(module: CheckedModule) -> Iterator[Finding]:
     # create_graph=True)`) frees nothing: the loop around it judges its statements too.
     loops = sorted(training_loops(module.tree), key=lambda t: -sum(1 for _ in src.ancestors(t.loop)))
     for training in loops:
-        keeps_graphs = bool(backward_calls(training.loop)) and not any(
-            b.frees_graph() for b in backward_calls(training.loop))
+        own = backward_calls(training.loop)
+        keeps_graphs = not any(b.frees_graph() for b in own)
+        if keeps_graphs and not own and not any(runs_backward(n, freeing=True) for n in src.own_nodes(training.loop)):
+            continue  # its helpers only differentiate, keeping the graph (pi-lnn's residuals): no training loop
         for node in src.own_nodes(training.loop):
             if isinstance(node, (ast.Assign, ast.AugAssign)) and id(node) not in seen:
                 found = list(_carried(module, node, training.scope, training.loop))
@@ -381,6 +384,21 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("a physics loss summed over data sets, each residual from a helper's autograd.grad(create_graph=True)", """
+        def residual(net, xyt):
+            u = net(xyt)
+            u_t = torch.autograd.grad(u, xyt, torch.ones_like(u), create_graph=True)[0]
+            return u_t + u
+
+        for it in range(100):
+            optimizer.zero_grad()
+            l_physics = 0.0
+            for pool in pools:
+                xyt = pool.clone().requires_grad_(True)
+                l_physics = l_physics + (residual(net, xyt) ** 2).mean()
+            l_physics.backward()
+            optimizer.step()
+    """),
     Valid("last pass's output read back through locals(), detached after the backward",
           THROUGH_LOCALS.format(after="            out = out.detach()\n")),
     Valid("a loss passed to an agent's learn(), the state detached as it re-enters",

@@ -16,6 +16,7 @@ from ...reading.training import (
     has_history,
     instance_class,
     is_backward_call,
+    live_reads,
     reset_before,
     running_total,
     training_loops,
@@ -117,7 +118,7 @@ def _adds_up(method: ast.FunctionDef, parameter: str) -> str | None:
             continue
         total = src.canonical(target)
         if total.startswith("self.") and total.count(".") == 1 and not cuts_history(term) \
-                and src.reads(term, parameter):
+                and live_reads(term, parameter):  # not `hvd.allreduce(val.detach().cpu())`, horovod's fix
             return total
     return None
 
@@ -266,6 +267,8 @@ VALID: list[Valid] = [
           AVERAGE_METER.replace("            self.val = val\n",
                                 "            if torch.is_tensor(val):\n                val = val.item()\n"
                                 "            self.val = val\n")),
+    Valid("a tracker that adds up a detached copy of what it is given (horovod's Metric after 6bac3dd)",
+          AVERAGE_METER.replace("self.sum += val * n", "self.sum += reduce(val.detach().cpu()) * n")),
     Valid("a tracker that keeps only the last value", """
         class Last:
             def update(self, val):

@@ -49,7 +49,9 @@ def _made_before(module, block, scope, owner, kind) -> Iterator[Finding]:
             if not isinstance(target, ast.Name):
                 continue
             name = target.id
-            if src.assignments(owner, name, deep=True) or not flows_into_backward(owner, name):
+            # A backward that keeps the graph frees nothing for the next to need (FewRel's MetaNet
+            # takes each support example's gradient with retain_graph=True).
+            if src.assignments(owner, name, deep=True) or not flows_into_backward(owner, name, freeing=True):
                 continue
             if _later_assigned(scope, name, stmt, owner) or made_as_leaf(src.Assignment(stmt, target), scope) \
                     or not has_history(target, scope, stmt.end_lineno + 1, strict=True):

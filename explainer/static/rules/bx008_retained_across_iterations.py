@@ -8,7 +8,7 @@ from ...causes.bx008_retained_across_iterations import CAUSE
 from ...fixes import detach_carried, graph_options, move_into_loop
 from ...model import Finding, Fix
 from ...reading import source as src
-from ...reading.dataflow import Ancestor, ancestors, carries_history
+from ...reading.dataflow import Ancestor, ancestors, carries_history, steps
 from ...reading.training import backward_calls, carried_across_passes, training_loops
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
@@ -36,8 +36,10 @@ def _spans_iterations(ancestor: Ancestor, scope, loop) -> str | None:
         if carried_across_passes(ancestor.stmt, ancestor.target, scope, loop):
             return "carried"
         return None
+    # Made once, the graph does not grow: kept, it only goes stale once the loop steps the
+    # weights it saved (FewRel's MetaNet takes gradients over it and steps nothing).
     if ancestor.line < loop.lineno and isinstance(ancestor.target, ast.Name) and carries_history(ancestor, scope) \
-            and not src.assignments(loop, ancestor.expression, deep=True):
+            and not src.assignments(loop, ancestor.expression, deep=True) and steps(loop):
         return "made before the loop"
     return None
 
@@ -71,4 +73,15 @@ INVALID: list[Invalid] = [
             optimizer.step()
     """),
 ]
-VALID: list[Valid] = []
+VALID: list[Valid] = [
+    Valid("retain_graph=True over a tensor made before a loop that steps nothing (FewRel's MetaNet)", """
+        w = torch.randn(3, requires_grad=True)
+        w_hat = w / w.norm()
+        grads = []
+        for x, y in batches:
+            w.grad = None
+            loss = ((x @ w_hat - y) ** 2).mean()
+            loss.backward(retain_graph=True)
+            grads.append(w.grad.clone())
+    """),
+]
