@@ -60,10 +60,14 @@ class Backward:
     def stops_at(self, expression: str) -> bool:
         """`expression` is among the inputs the gradients are taken for (`autograd.grad(loss,
         fast_weights)`, `loss.backward(inputs=[w])`): the call does not go into its history."""
-        keyword = self.keyword("inputs")
-        inputs = keyword.value if keyword is not None else \
-            (self.call.args[1] if self.api == "grad" and len(self.call.args) > 1 else None)
+        inputs = self.inputs()
         return inputs is not None and bool(src.reads(inputs, expression))
+
+    def inputs(self) -> ast.expr | None:
+        """What the gradients are taken for (`autograd.grad(loss, fast_weights)`, `inputs=`)."""
+        keyword = self.keyword("inputs")
+        return keyword.value if keyword is not None else \
+            (self.call.args[1] if self.api == "grad" and len(self.call.args) > 1 else None)
 
     def retains_graph(self) -> bool:
         """retain_graph=True or create_graph=True, literally."""
@@ -778,7 +782,38 @@ def flows_into_backward(body_owner: ast.AST, expression: str, reads=None, freein
     reads = reads or operand_reads
     return any(reads(node, expression) for backward in backward_calls(body_owner)
                if not backward.stops_at(expression) and (not freeing or backward.frees_graph())
+               and not _beside_the_inputs(body_owner, backward, expression)
                for node in backward_inputs(body_owner, backward.call, backward.root))
+
+
+def _beside_the_inputs(body_owner: ast.AST, backward: Backward, expression: str) -> bool:
+    """A call that takes the gradients for given inputs only walks the paths to them: a value
+    neither made from them nor making them is not gone through (E3BM's `embedding_shot`, read
+    with the fast weights that `autograd.grad(loss, fast_weights)` differentiates). Told by what
+    each is computed from in the function around, as far as the source shows."""
+    inputs = backward.inputs()
+    if inputs is None:
+        return False
+    scope = src.enclosing_function(body_owner) or src.module_of(body_owner)
+    value = _computed_from(scope, [ast.Name(expression, ast.Load())]) if expression.isidentifier() else None
+    return value is not None and not value & _computed_from(scope, [inputs])
+
+
+def _computed_from(scope: ast.AST, nodes: list[ast.AST]) -> set[str]:
+    """The names and `self.` attributes `nodes` read, and what every assignment in `scope` of
+    each name read was computed from, transitively; a value without history adds nothing."""
+    found: set[str] = set()
+    pending = list(nodes)
+    while pending:
+        node = pending.pop()
+        if cuts_history(node):
+            continue
+        found |= {src.canonical(a) for a in ast.walk(node) if isinstance(a, ast.Attribute) and isinstance(a.ctx, ast.Load)
+                  and src.canonical(a).startswith("self.")}
+        for name in src.names_read(node) - found - {"self"}:
+            found.add(name)
+            pending.extend(a.value for a in src.assignments(scope, name) if a.value is not None)
+    return found
 
 
 def backward_inputs(body_owner: ast.AST, call: ast.Call, root: ast.expr):

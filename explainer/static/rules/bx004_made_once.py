@@ -244,6 +244,23 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("E3BM's inner loop: features made once, gradients taken for the fast weights only", """
+        class MtlLearner(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Linear(8, 4)
+                self.base_learner = BaseLearner(4, 3)
+
+            def preval_forward(self, data_shot, data_query):
+                embedding_shot = self.encoder(data_shot)
+                embedding_query = self.encoder(data_query)
+                fast_weights = self.base_learner.vars
+                for k in range(self.update_step):
+                    loss = F.cross_entropy(self.base_learner(embedding_shot, fast_weights), self.label_shot)
+                    grad = torch.autograd.grad(loss, fast_weights)
+                    fast_weights = [w - 0.1 * g for g, w in zip(grad, fast_weights)]
+                return self.base_learner(embedding_query, fast_weights)
+    """),
     Valid("PPO: old log-probabilities kept detached, actions sampled once", """
         policy = nn.Linear(4, 3)
         dist = torch.distributions.Categorical(logits=policy(states))
