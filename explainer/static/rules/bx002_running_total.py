@@ -8,7 +8,7 @@ from ...causes.bx002_running_total import CAUSE
 from ...fixes import accumulate_item
 from ...model import Finding
 from ...reading import source as src
-from ...reading.dataflow import ancestors, dependencies
+from ...reading.dataflow import ancestors, dependencies, steps
 from ...reading.training import (
     backward_calls,
     cuts_history,
@@ -41,7 +41,7 @@ def check(module: CheckedModule) -> Iterator[Finding]:
                 continue
             if not _strong_evidence(term, training, stmt.lineno, total):
                 continue
-            if _summed_for_one_backward(stmt, total, training.scope):
+            if _summed_for_one_backward(stmt, total, training.scope) or _summed_in_one_forward(training, total):
                 continue
             receiver = _backward_receiver(training.loop, total)
             assignment = src.Assignment(stmt, src.targets_of(stmt)[0])
@@ -156,6 +156,18 @@ def _summed_for_one_backward(stmt, total: str, scope) -> bool:
     return all(src.inside(b.call, outer) for b in after) and reset_before(outer, inner, total)
 
 
+def _summed_in_one_forward(training, total: str) -> bool:
+    """A loop that only differentiates (`torch.autograd.grad`, a meta-learner's inner steps on
+    fast weights) and steps nothing, in a function that returns the total after it: the total is
+    that call's output (E3BM's `total_logits` over the adaptation steps), not kept across steps."""
+    loop, scope = training.loop, training.scope
+    calls = backward_calls(loop)
+    if not calls or any(b.api != "grad" for b in calls) or steps(loop) or scope is src.module_of(scope):
+        return False
+    return any(isinstance(r, ast.Return) and r.value is not None and src.reads(r.value, total)
+               and r.lineno > loop.end_lineno for r in src.own_nodes(scope))
+
+
 def _backward_receiver(loop, total):
     for node in src.own_nodes(loop):
         if is_backward_call(node) and isinstance(node.func, ast.Attribute) and src.canonical(node.func.value) == total:
@@ -267,6 +279,31 @@ VALID: list[Valid] = [
           AVERAGE_METER.replace("            self.val = val\n",
                                 "            if torch.is_tensor(val):\n                val = val.item()\n"
                                 "            self.val = val\n")),
+    Valid("the logits of every adaptation step summed by a meta-learner's forward and returned (E3BM)", """
+        class BaseLearner(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.vars = nn.ParameterList([nn.Parameter(torch.randn(3, 4))])
+
+            def forward(self, x, the_vars):
+                return F.linear(x, the_vars[0])
+
+        class MtlLearner(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.base_learner = BaseLearner()
+
+            def preval_forward(self, shot, query, label):
+                fast_weights = self.base_learner.vars
+                total_logits = 0.0 * self.base_learner(query, fast_weights)
+                for k in range(5):
+                    loss = F.cross_entropy(self.base_learner(shot, fast_weights), label)
+                    grad = torch.autograd.grad(loss, fast_weights)
+                    fast_weights = [w - 0.1 * g for g, w in zip(grad, fast_weights)]
+                    logits_q = self.base_learner(query, fast_weights)
+                    total_logits += logits_q
+                return total_logits
+    """),
     Valid("a tracker that adds up a detached copy of what it is given (horovod's Metric after 6bac3dd)",
           AVERAGE_METER.replace("self.sum += val * n", "self.sum += reduce(val.detach().cpu()) * n")),
     Valid("a tracker that keeps only the last value", """
