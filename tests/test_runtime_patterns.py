@@ -3617,3 +3617,181 @@ def test_targets_appended_once_before_the_loop_from_an_untrained_model_are_store
     assert fix["applicability"] == "safe" and "targets.append(model(reference).detach())  # culprit" in patched.read_text()
     after = explain_run(patched)
     assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_a_list_a_closure_reads_is_named_where_its_callers_made_it_and_detached_item_by_item(
+        explain_run, tmp_path):
+    """AIJack's gradient inversion (Koukyosyumei/AIJack#159): the LBFGS closure reads
+    `received_gradients`, a free variable of the function that made the closure, handed down by
+    `attack(received_gradients)` from the server's `received_gradient`, a list of the client's
+    gradients still holding their graph. The first closure's backward frees those graphs. The
+    list is named in the caller that made it, and stored as a list of detached tensors there."""
+    code = textwrap.dedent("""
+        import torch
+
+        client = torch.nn.Linear(3, 2)
+        uploaded = [[(w - 0.5 * w) / 0.1 for w in client.parameters()]]
+
+        def setup_closure(optimizer, fake, received_gradients):
+            def closure():
+                optimizer.zero_grad()
+                distance = sum(((f - r) ** 2).sum() for f, r in zip(fake, received_gradients))
+                distance.backward()
+                return distance
+            return closure
+
+        def attack(received_gradients):
+            fake = [torch.zeros_like(g, requires_grad=True) for g in received_gradients]
+            optimizer = torch.optim.LBFGS(fake, max_iter=3)
+            optimizer.step(setup_closure(optimizer, fake, received_gradients))
+            return fake
+
+        def server_attack():
+            received_gradient = uploaded[0]  # culprit
+            return attack(received_gradient)
+
+        server_attack()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    (finding,) = explain_run(script).findings
+    row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert finding["kind"] == "second-backward"
+    assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("received_gradient", row)], \
+        finding["message"]
+    fix = finding["fixes"][0]
+    patched = tmp_path / "patched.py"
+    patched.write_text(apply_edits(code, Fix.from_json(fix).edits))
+    assert "received_gradient = [h.detach() for h in uploaded[0]]  # culprit" in patched.read_text()
+    after = explain_run(patched)
+    assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_a_function_that_differentiates_its_output_inside_a_custom_functions_forward_turns_grad_on_itself(
+        explain_run, tmp_path):
+    """torchdiffeq's adjoint (rtqichen/torchdiffeq#154): the ODE is solved inside an
+    `autograd.Function`'s forward, which runs without a graph by design, and the dynamics take
+    `autograd.grad` of their own output. Autograd turned on around the solve would leave `x`
+    without grad: the dynamics turn it on around their own statements, on a copy of `x` that
+    requires grad, as the library's author advised."""
+    code = textwrap.dedent("""
+        import torch
+
+        class Solve(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, func, y0, *params):
+                with torch.no_grad():
+                    y = y0 + 0.1 * func(y0)
+                return y
+
+            @staticmethod
+            def backward(ctx, grad_y):
+                return (None, grad_y) + tuple(None for _ in range(2))
+
+        class Field(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.net = torch.nn.Linear(2, 2)
+
+            def forward(self, x):
+                y = self.net(x).tanh().sum()  # culprit
+                return torch.autograd.grad(y, x, create_graph=True)[0]
+
+        field = Field()
+        for step in range(2):
+            out = Solve.apply(field, torch.randn(3, 2), *field.parameters())
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    (finding,) = explain_run(script).findings
+    row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert finding["kind"] == "no-grad"
+    assert [(c["name"], c["location"]["row"]) for c in finding["culprits"]] == [("y", row)], finding["message"]
+    fix = finding["fixes"][0]
+    patched = tmp_path / "patched.py"
+    patched.write_text(apply_edits(code, Fix.from_json(fix).edits))
+    assert fix["applicability"] == "safe"
+    assert "        with torch.enable_grad():\n            x = x.clone().requires_grad_(True)\n" \
+           "            y = self.net(x).tanh().sum()  # culprit\n" in patched.read_text()
+    after = explain_run(patched)
+    assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+def test_a_buffer_filled_by_index_with_the_graph_is_named_where_it_is_written_and_not_moved(explain_run, tmp_path):
+    """cleanrl's PPO (vwxyzjn/cleanrl, 5a3a092): `values = torch.zeros(n)`, then `values[step] =
+    vf(obs[step])` for each rollout step; every update epoch's loss reads the buffer through the
+    graph kept with retain_graph=True, which the first epoch's step made stale. Named where the
+    buffer is written by index, not at the `torch.zeros` that made it without history, and no fix
+    moves that write out of the rollout loop (it would run once, not once a step)."""
+    code = textwrap.dedent("""
+        import torch
+
+        vf = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        optimizer = torch.optim.Adam(vf.parameters(), lr=0.01)
+        obs, returns = torch.randn(5, 3), torch.randn(5)
+        values = torch.zeros(5)
+        for step in range(5):
+            values[step] = vf(obs[step:step + 1])  # culprit
+        for epoch in range(3):
+            loss = (values - returns).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward(retain_graph=True)
+            optimizer.step()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    (finding,) = explain_run(script).findings
+    row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert finding["kind"] == "inplace-modified"
+    assert (finding["culprits"][0]["name"], finding["culprits"][0]["location"]["row"]) == ("vf[2].weight", row), \
+        finding["message"]
+    assert finding["evidence"]["facts"]["built"] == "values"
+    for fix in finding["fixes"]:
+        patched = apply_edits(code, Fix.from_json(fix).edits)
+        assert "    values[step] = vf(obs[step:step + 1])" in patched, patched
+
+
+def test_a_state_a_helper_sets_in_the_loops_dict_is_named_there_and_detached_where_each_pass_starts(
+        explain_run, tmp_path):
+    """DVRL's A2C (maximilianigl/DVRL#5): `run_model(model, current_memory)` sets
+    `current_memory['states']` from the model's run on the dict it was handed; the loop around
+    the backward keeps the graph with retain_graph=True and detaches the state only every other
+    update, after the step, so the next update back-propagates into a graph whose weights that
+    step changed. The state is named where the helper set it, not at the loop's own detach, and
+    detached where each update starts."""
+    code = textwrap.dedent("""
+        import torch
+
+        cell = torch.nn.GRUCell(3, 4)
+        head = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.RMSprop(list(cell.parameters()) + list(head.parameters()), lr=0.01)
+
+        def run_model(cell, current_memory):
+            hidden = cell(torch.randn(2, 3), current_memory['states'])
+            current_memory['states'] = hidden * 1.0  # culprit
+            return head(hidden)
+
+        current_memory = {'states': torch.zeros(2, 4)}
+        for j in range(4):
+            outputs = [run_model(cell, current_memory) for _ in range(2)]
+            loss = torch.stack(outputs).pow(2).mean()
+            optimizer.zero_grad()
+            retain_graph = j % 3 != 0
+            loss.backward(retain_graph=retain_graph)
+            optimizer.step()
+            if not retain_graph:
+                current_memory['states'] = current_memory['states'].detach()
+    """).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    (finding,) = explain_run(script).findings
+    row = next(i for i, line in enumerate(code.splitlines(), 1) if line.endswith("# culprit"))
+    assert finding["kind"] == "inplace-modified"
+    assert [c["location"]["row"] for c in finding["culprits"]] == [row, row], finding["message"]
+    assert finding["culprits"][1]["name"] == "current_memory['states']"
+    fix = finding["fixes"][0]
+    patched = apply_edits(code, Fix.from_json(fix).edits)
+    assert "for j in range(4):\n    current_memory['states'] = current_memory['states'].detach()\n" in patched
+    (tmp_path / "patched.py").write_text(patched)
+    after = explain_run(tmp_path / "patched.py")
+    assert (after.returncode, after.findings) == (0, []), after.stderr

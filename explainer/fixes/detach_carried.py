@@ -28,6 +28,11 @@ def detached(expression: str, is_tuple: bool) -> str:
     return f"{expression}.detach()"
 
 
+def detached_list(expression: str) -> str:
+    """A list of tensors, kept a list (it may be appended to or indexed as one), each detached."""
+    return f"[h.detach() for h in {expression}]"
+
+
 def detach_where_read(source: Source, carrier: str, assignment: Assignment, is_tuple: bool) -> Fix | None:
     """`out, hidden = model(x, hidden)` -> `model(x, hidden.detach())`."""
     value = getattr(assignment.stmt, "value", None)
@@ -81,12 +86,13 @@ def detach_every_module_after_backward(source: Source, root: str, class_name: st
 
 
 def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple: bool,
-                         may_be_none: bool = False) -> Fix | None:
-    """Insert `carrier = carrier.detach()` before the loop body's first use of the carrier;
+                         may_be_none: bool = False, holder: str | None = None) -> Fix | None:
+    """Insert `carrier = carrier.detach()` before the loop body's first use of the carrier (or
+    of the `holder` it is an item or attribute of, handed whole to a helper that reads it);
     guarded by `if carrier is not None:` when the loop starts it as None (`state = None`, as
     nn.LSTM and nn.GRU accept)."""
     for stmt in loop.body:
-        if reads(stmt, carrier):
+        if reads(stmt, carrier) or holder is not None and reads(stmt, holder):
             line = f"{carrier} = {detached(carrier, is_tuple)}"
             lines = [f"if {carrier} is not None:", f"    {line}"] if may_be_none else [line]
             return Fix(f"Detach `{carrier}` at the start of each iteration, so the history of the "
@@ -219,15 +225,18 @@ def _discarded_detach(node: ast.AST, receiver: str | None = None) -> bool:
             and (receiver is None or canonical(node.value.func.value) == canonical(receiver)))
 
 
-def detach_stored_value(source: Source, store: ast.AST, container: str, is_tuple: bool = False) -> Fix | None:
+def detach_stored_value(source: Source, store: ast.AST, container: str, is_tuple: bool = False,
+                        is_list: bool = False) -> Fix | None:
     """`memory.append(h)` -> `memory.append(h.detach())`; `cache["prev"] = out` -> `out.detach()`;
-    a tuple of tensors (`states.append(hh)`) element by element."""
+    a tuple of tensors (`states.append(hh)`) or a list of them stored whole (AIJack's
+    `received_gradient = self.uploaded_gradients[i]`) element by element."""
     value = _stored(store)
     if value is None:
         return None
+    edit = replace(source, value, detached_list(source.segment(value))) if is_list else _detach(source, value, is_tuple)
     return Fix(f"Store `{source.segment(value)}` detached in `{container}`: a stored tensor "
                f"keeps the graph of the step that made it, and the next step would back-propagate "
-               f"into it", (_detach(source, value, is_tuple),))
+               f"into it", (edit,))
 
 
 def store_without_chaining(source: Source, store: ast.AST, container: str, is_tuple: bool) -> Fix | None:

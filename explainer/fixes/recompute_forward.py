@@ -57,6 +57,8 @@ def recompute_in_loop(source: Source, scope: ast.AST, carrier_stmt: ast.stmt, st
                  if loop.lineno <= step_row <= loop.end_lineno and not inside(carrier_stmt, loop)), None)
     if loop is None or carrier_stmt.lineno > loop.lineno:
         return None
+    if any(not inside(loop, own) for own in loops_around(carrier_stmt)):
+        return None  # run once a pass of a loop of its own (a rollout's `values[step] = ...`): moved, it runs once
     chain = _derived_chain(_simple_statements(scope), carrier_stmt, loop.lineno)
     needed = names_read(loop) | {canonical(n) for n in ast.walk(loop) if isinstance(n, (ast.Attribute, ast.Subscript))}
     kept = _needed(chain, carrier_stmt, needed)

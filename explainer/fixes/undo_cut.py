@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 
-from ..model import Edit, Fix
+from ..model import Edit, Fix, Location
 from ..reading.source import Source, assignments, canonical, enclosing_function, parent
 from .edits import delete_lines, imports_torch, insert_lines_before, node_end, replace, statement_text
 from .graph_options import insert_keyword
@@ -156,6 +156,25 @@ def enable_grad_around(source: Source, stmt: ast.stmt) -> Fix:
     body = ("\n" + indent + "    ").join(statement_text(source, stmt))
     return Fix(f"Run `{source.segment(stmt)}` under `torch.enable_grad()`: it computes the loss, and "
                f"autograd is off around it", (replace(source, stmt, f"with torch.enable_grad():\n{indent}    {body}"),))
+
+
+def differentiate_with_grad_on(source: Source, statements: list[ast.stmt], inputs: list[str]) -> Fix:
+    """torchdiffeq's `ODEFunc.forward` takes `autograd.grad(y, x, create_graph=True)` of its own
+    output, and the adjoint solves the ODE inside an `autograd.Function`'s forward, where autograd
+    is always off: the function turns it on for itself, around the statements from its output's
+    making to the gradient, as torchdiffeq's author advised (rtqichen/torchdiffeq#154). The
+    `inputs` given without a graph are first made a copy that requires grad, so the gradient is
+    taken for what the caller passed. The values computed are the same: safe."""
+    first, last = statements[0], statements[-1]
+    indent = source.indent_of(first.lineno)
+    body = [f"{indent}    {name} = {name}.clone().requires_grad_(True)\n" for name in inputs]
+    body += [f"    {source.line(row)}\n" if source.line(row).strip() else "\n"
+             for row in range(first.lineno, last.end_lineno + 1)]
+    names = ", ".join(f"`{source.segment(s.targets[0])}`" for s in statements if isinstance(s, ast.Assign))
+    return Fix(f"Turn autograd on for {names} inside `{enclosing_function(first).name}` "
+               f"(`with torch.enable_grad():`): it differentiates its own output, and its caller runs it with "
+               f"autograd off", (Edit(source.filename, f"{indent}with torch.enable_grad():\n" + "".join(body),
+                                      Location(first.lineno, 1), Location(last.end_lineno + 1, 1)),))
 
 
 def evaluate_without_inference_mode(source: Source, call: ast.Call, keyword: str, name: str, on: str,

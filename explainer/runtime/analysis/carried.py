@@ -110,6 +110,15 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
     for candidate_loop in loops:
         if any(s is stmt for s in candidate_loop.body):
             loop = candidate_loop
+    frame_source, frame_scope = ctx.frame_source(ctx.frames[candidate.binding.frame_index])
+    if loop is None and frame_scope is not None and frame_scope is not located.scope:
+        # Set by a helper that the loop around the backward hands its holder to (DVRL's
+        # `run_model(current_memory=current_memory)`): cut where each pass of that loop starts.
+        outer = ctx.backward_loops(frame_source, frame_scope)
+        if outer:
+            fixes.append(detach_carried.detach_at_loop_entry(frame_source, candidate.binding.expression, outer[0],
+                                                             is_tuple, holder=candidate.binding.base))
+        return fixes
     if loop is not None and isinstance(located.target, ast.Subscript) and not any(s is stmt for s in loop.body):
         # An element re-assigned in an inner loop (`for i, cell in enumerate(cells)`): its index
         # means nothing at the outer loop's entry, so detach the whole container there.

@@ -81,6 +81,18 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
             return _locate_attribute(binding.owner, attribute)
         return stored or _filed_under_key(frame, source, binding)
     expression = binding.expression
+    assigned = src.assignments(scope, expression)
+    if assigned and all(_cuts(a) for a in assigned) and getattr(binding.value, "grad_fn", None) is not None:
+        # Every assignment here cuts what the value still has: a helper handed its holder set it.
+        found = _set_by_a_helper(ctx, binding, all_cut=True)
+        if found is not None:
+            return found
+    written = _written_by_index(binding, scope)
+    if written:
+        # cleanrl's PPO: `values = torch.zeros(n)`, then `values[step] = vf.forward(obs)` for each
+        # step of the rollout. The graph the tensor holds was written into it by index.
+        best = _pick(ctx, source, scope, written, src.canonical(written[-1].target), before_row, from_last_iteration)
+        return Located(source, scope, best.store, best.target, expression, False)
     found = _pick(ctx, source, scope, _could_have_made(binding, src.assignments(scope, expression)), expression,
                   before_row, from_last_iteration)
     if found is None and scope is not source.tree:
@@ -116,21 +128,27 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
     return found
 
 
-def _set_by_a_helper(ctx: Context, binding: naming.Binding) -> Located | None:
+def _set_by_a_helper(ctx: Context, binding: naming.Binding, all_cut: bool = False) -> Located | None:
     """`batch.state`, read where `batch` was passed in, set by a function of the file that a
     caller handed the same object to before the call that is running now: Pearl's `learn` runs
     `batch = self.preprocess_batch(batch)`, whose `batch.state = self._history_summarization_module(
     batch.state)` made the graph both the critic's and the actor's backward run through. The
-    nearest such call, frame by frame outward; None where no caller hands it to such a function."""
+    nearest such call, frame by frame outward; None where no caller hands it to such a function.
+    Where the frame's own assignments all cut the history the value has (`all_cut`: DVRL's
+    `current_memory['states'] = current_memory['states'].detach()`), the frame's own earlier
+    calls are searched first (`run_model(current_memory=current_memory)`, which sets it)."""
     frame = ctx.frames[binding.frame_index]
-    if not binding.steps or any(kind != "attr" for kind, _ in binding.steps) \
-            or binding.base in ("self", "cls") or not naming.is_argument(frame, binding.base):
+    if not binding.steps or any(kind != "attr" and not isinstance(key, str) for kind, key in binding.steps) \
+            or binding.base in ("self", "cls"):
+        return None
+    own_frame_too = not naming.is_argument(frame, binding.base)
+    if own_frame_too and not all_cut:
         return None
     holder = frame.f_locals.get(binding.base)
     if holder is None:
         return None
-    path = "".join(f".{attribute}" for _, attribute in binding.steps)
-    for index in range(binding.frame_index + 1, len(ctx.frames)):
+    first = binding.frame_index if own_frame_too else binding.frame_index + 1
+    for index in range(first, len(ctx.frames)):
         outer = ctx.frames[index]
         source, scope = ctx.frame_source(outer)
         names = {name for name, value in list(outer.f_locals.items()) if value is holder}
@@ -142,16 +160,33 @@ def _set_by_a_helper(ctx: Context, binding: naming.Binding) -> Located | None:
             helper = helper_called(call, scope)
             for parameter in sorted(src.parameter_names(helper)) if helper is not None else ():
                 argument = src.argument_for(helper, call, parameter)
-                set_there = src.assignments(helper, parameter + path)
+                set_there = src.assignments(helper, naming.Binding(index, parameter, binding.steps, None, None).expression)
                 if isinstance(argument, ast.Name) and argument.id in names and set_there:
                     store = set_there[-1]
-                    return Located(source, helper, store.stmt, store.target, source.segment(store.target), False)
+                    # Made from what the helper read of the same holder first (DVRL's
+                    # `actor_critic(current_memory=current_memory)`), the frame's own holder
+                    # carries it from one call to the next.
+                    carried = own_frame_too and any(src.reads(stmt, parameter) for stmt in helper.body
+                                                    if stmt.lineno < store.stmt.lineno)
+                    return Located(source, helper, store.stmt, store.target, source.segment(store.target), carried)
         if not any(naming.is_argument(outer, name) for name in names):
             return None  # made here, under a name of this frame's: no caller handed it down
     return None
 
 
 _NO_GRAPH = ("detach", "item", "tolist", "numpy")
+
+
+def _written_by_index(binding: naming.Binding, scope: ast.AST) -> list[src.Assignment]:
+    """The assignments into an element of the tensor bound (`values[step] = ...`), where its
+    graph ends in what they wrote (`CopySlices`) and no assignment of the whole gave it a graph."""
+    grad_fn = getattr(binding.value, "grad_fn", None)
+    if type(grad_fn).__name__ != "CopySlices":
+        return []
+    whole = src.assignments(scope, binding.expression)
+    if any(a.value is None or not cuts_history(a.value) for a in whole):
+        return []
+    return src.item_assignments(scope, binding.expression)
 
 
 def _could_have_made(binding: naming.Binding, found: list[src.Assignment]) -> list[src.Assignment]:
@@ -161,12 +196,14 @@ def _could_have_made(binding: naming.Binding, found: list[src.Assignment]) -> li
     if getattr(binding.value, "grad_fn", None) is None:
         return found
 
-    def cuts(assignment: src.Assignment) -> bool:
-        value = src.value_of(assignment.stmt)
-        return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _NO_GRAPH \
-            or isinstance(value, ast.Attribute) and value.attr == "data"
+    return [a for a in found if not _cuts(a)] or found
 
-    return [a for a in found if not cuts(a)] or found
+
+def _cuts(assignment: src.Assignment) -> bool:
+    """`x = x.detach()`, `x = y.data`: the value assigned has no graph."""
+    value = src.value_of(assignment.stmt)
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _NO_GRAPH \
+        or isinstance(value, ast.Attribute) and value.attr == "data"
 
 
 def _pick(ctx, source, scope, found, expression, before_row, from_last_iteration=False) -> Located | None:
@@ -518,7 +555,10 @@ def callers_name(ctx: Context, binding: naming.Binding) -> naming.Binding:
     the same tensor (or the same list, for an element of one) to a name of its own gives the
     name the user made it under."""
     frame = ctx.frames[binding.frame_index]
-    if not naming.is_argument(frame, binding.base) \
+    # A closure's free variable (AIJack's LBFGS `closure()` reading `received_gradients`) was
+    # handed down too: to the function that made the closure, whose callers are still running.
+    handed_down = naming.is_argument(frame, binding.base) or binding.base in frame.f_code.co_freevars
+    if not handed_down \
             or binding.steps and not binding.in_sequence or binding.base in ("self", "cls"):
         return binding
     # `losses[1]`, an element of the list the caller passed (`self._optimize_step(losses, ...)`).

@@ -725,14 +725,56 @@ def _grad_off(ctx: Context, where: Scope, assignment, module: ast.expr) -> Findi
             continue
         off = f"`{source.segment(block.items[0].context_expr)}`" if block is not None \
             else f"`@{source.segment(decorator)}` on `{scope.name}`"
+        fix = undo_cut.enable_grad_around(source, stmt)
+        if _autograd_function_forward(scope):
+            # A custom Function's forward runs without a graph by design (its own backward gives
+            # the gradients), and the inputs it hands down do not require grad: the function
+            # that differentiates its own output turns autograd on for itself.
+            own = _differentiated_with_grad_off(ctx)
+            where, assignment, fix = own if own is not None else (where, assignment, None)
         name = where.source.segment(assignment.target)
         tensor = isinstance(runtime_value(where, module), torch.Tensor)
         evidence = Evidence(name, _site(where.source, assignment.stmt), ctx.backward_site(), advice="no-graph",
                             facts=(("input" if tensor else "module", where.source.segment(module)),
                                    ("caller", source.segment(stmt)), ("caller_row", stmt.lineno), ("grad_off", off)))
         return finding("BX009", "run-grad-off-input" if tensor else "run-grad-off", "no-grad", evidence,
-                       [_assigned(where.source, assignment)], [undo_cut.enable_grad_around(source, stmt)])
+                       [_assigned(where.source, assignment)], [fix])
     return _left_off(ctx, where, assignment, module) if not torch.is_grad_enabled() else None
+
+
+def _autograd_function_forward(scope: ast.AST) -> bool:
+    """`forward` of a `torch.autograd.Function` subclass (torchdiffeq's `OdeintAdjointMethod`)."""
+    owner = src.enclosing_class(scope)
+    return isinstance(scope, ast.FunctionDef) and scope.name == "forward" and owner is not None \
+        and any(src.canonical(base).split(".")[-1] == "Function" for base in owner.bases)
+
+
+def _differentiated_with_grad_off(ctx: Context):
+    """(scope, assignment, fix) where the failing statement takes `torch.autograd.grad` of an
+    output its own function made (`y = self.my_func(x)`, then `autograd.grad(y, x, ...)`): the
+    statements from that assignment to the gradient run with autograd on, the parameters it is
+    taken for that have no graph made a copy that requires grad."""
+    source, scope, failing = ctx.failing_statement()
+    call = src.call_named(failing, "grad") if failing is not None else None
+    output = _argument(call, 0, ("outputs",))
+    if not isinstance(output, ast.Name) or not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    made = src.last_assignment(scope, output.id, failing.lineno)
+    block = src.enclosing_block(failing)
+    if made is None or not isinstance(made.stmt, ast.Assign) or not any(made.stmt is s for s in block):
+        return None
+    first = next(i for i, s in enumerate(block) if s is made.stmt)
+    statements = block[first:next(i for i, s in enumerate(block) if s is failing) + 1]
+    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename
+                  and f.f_code.co_name == scope.name), None)
+    inputs = _argument(call, 1, ("inputs",))
+    names = [inputs] if isinstance(inputs, ast.Name) else list(getattr(inputs, "elts", []))
+    without = [n.id for n in names if isinstance(n, ast.Name) and frame is not None
+               and naming.is_argument(frame, n.id) and isinstance(v := frame.f_locals.get(n.id), torch.Tensor)
+               and not v.requires_grad]
+    values = {**frame.f_globals, **frame.f_locals} if frame is not None else {}
+    return Scope(source, scope, values.get("self"), values), made, \
+        undo_cut.differentiate_with_grad_on(source, statements, without)
 
 
 def _frozen_when_made(ctx: Context, where: Scope, assignment, module: ast.expr) -> Finding | None:

@@ -47,7 +47,8 @@ def explain_stored(ctx: Context, candidate: Candidate, previous: BackwardCall, c
         else:
             container = name
         fix = detach_carried.detach_stored_value(located.source, located.store, container,
-                                                 _stored_as_tuple(ctx, candidate.binding))
+                                                 _stored_as_tuple(ctx, candidate.binding),
+                                                 _stored_as_list(ctx, candidate.binding, located))
         # A module's cache may be read again within the step that fills it (every layer asks it
         # for the same frequencies), and a state stored for the next time step of this pass is:
         # detaching either changes this step's gradients too. This pass's graph shows how often a
@@ -76,6 +77,17 @@ def _stored_as_tuple(ctx: Context, binding) -> bool:
         return False
     element = ctx.reach(binding, steps[:len(steps) - trailing + 1])
     return isinstance(element, tuple) and all(isinstance(item, torch.Tensor) for item in element)
+
+
+def _stored_as_list(ctx: Context, binding, located) -> bool:
+    """The statement stores a whole list of tensors under the name the frames reach the tensor
+    by an index of (`received_gradient = self.uploaded_gradients[i]`, then `received_gradient[0]`)."""
+    steps = binding.steps
+    if not isinstance(located.store, ast.Assign) or not steps or located.target_text != binding.base \
+            or not all(kind == "item" for kind, _ in steps):
+        return False
+    whole = ctx.reach(binding, ())
+    return isinstance(whole, list) and bool(whole) and all(isinstance(item, torch.Tensor) for item in whole)
 
 
 def _trains_only_through(ctx: Context, candidate: Candidate, current: graph.Walk) -> bool:
