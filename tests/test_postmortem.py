@@ -48,6 +48,12 @@ MISSES = {
     "real/medium_style_transfer_content_target": "names `style_score` (124) of the closure: with no record of "
                                                  "LBFGS's earlier closure calls, the module's `self.target` from "
                                                  "before them is not told apart from this call's values",
+    "real/aijack_gradient_inversion_received_gradient_graph": "names `fake_gradients` (73) of the closure: with no "
+                                                              "record of LBFGS's earlier closure calls, the client's "
+                                                              "gradients are not told apart from this call's",
+    "real/dvrl_a2c_latent_state_bptt_across_updates": "names the update's first value estimate (267): with no record "
+                                                      "of the steps, nothing tells which tensors were built before "
+                                                      "the step that changed the GRU's weight",
 }
 
 

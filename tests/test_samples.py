@@ -100,6 +100,11 @@ NOT_YET: dict[str, str] = {
     "real/pyg_graph_autoencoder_loss_on_inputs": "named right (63), but fixes[0] (unsafe) compares the unread `out` "
                                                  "with `data.x`; the maintainer compares it with `data.y`, which "
                                                  "the code does not say",
+    "real/cleanrl_ppo_continuous_values_buffer_keeps_rollout_graph": "named right (121), but no fix: the twin runs the "
+                                                                     "rollout under no_grad and the value net again "
+                                                                     "in every update epoch on the whole rollout "
+                                                                     "(`vf.forward(obs[:step+1])`), which the per-step "
+                                                                     "write does not say",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }
