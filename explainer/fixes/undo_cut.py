@@ -160,8 +160,8 @@ def enable_grad_around(source: Source, stmt: ast.stmt) -> Fix:
 
 def differentiate_with_grad_on(source: Source, statements: list[ast.stmt], inputs: list[str]) -> Fix:
     """torchdiffeq's `ODEFunc.forward` takes `autograd.grad(y, x, create_graph=True)` of its own
-    output, and the adjoint solves the ODE inside an `autograd.Function`'s forward, where autograd
-    is always off: the function turns it on for itself, around the statements from its output's
+    output, and the adjoint solves the ODE inside an `autograd.Function`'s forward, which runs
+    without a graph by design: the function turns autograd on for itself, around the statements from its output's
     making to the gradient, as torchdiffeq's author advised (rtqichen/torchdiffeq#154). The
     `inputs` given without a graph are first made a copy that requires grad, so the gradient is
     taken for what the caller passed. The values computed are the same: safe."""
