@@ -110,8 +110,9 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
     for candidate_loop in loops:
         if any(s is stmt for s in candidate_loop.body):
             loop = candidate_loop
-    frame_source, frame_scope = ctx.frame_source(ctx.frames[candidate.binding.frame_index])
-    if loop is None and frame_scope is not None and frame_scope is not located.scope:
+    frame_source, frame_scope = ctx.frame_source(ctx.frames[candidate.binding.frame_index]) if loop is None \
+        else (None, None)
+    if frame_scope is not None and frame_scope is not located.scope:
         # Set by a helper that the loop around the backward hands its holder to (DVRL's
         # `run_model(current_memory=current_memory)`): cut where each pass of that loop starts.
         outer = ctx.backward_loops(frame_source, frame_scope)

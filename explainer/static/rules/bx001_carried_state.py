@@ -42,9 +42,9 @@ def check(module: CheckedModule) -> Iterator[Finding]:
     loops = sorted(training_loops(module.tree), key=lambda t: -sum(1 for _ in src.ancestors(t.loop)))
     for training in loops:
         own = backward_calls(training.loop)
-        keeps_graphs = not any(b.frees_graph() for b in own)
-        if keeps_graphs and not own and not any(runs_backward(n, freeing=True) for n in src.own_nodes(training.loop)):
+        if not own and not any(runs_backward(n, freeing=True) for n in src.own_nodes(training.loop)):
             continue  # its helpers only differentiate, keeping the graph (pi-lnn's residuals): no training loop
+        keeps_graphs = bool(own) and not any(b.frees_graph() for b in own)
         for node in src.own_nodes(training.loop):
             if isinstance(node, (ast.Assign, ast.AugAssign)) and id(node) not in seen:
                 found = list(_carried(module, node, training.scope, training.loop))

@@ -47,8 +47,8 @@ def _kept_to_others(backward: Backward, step: Step, stepped, scope) -> bool:
     """`d_loss.backward(inputs=[p for group in opt_d.param_groups for p in group['params']])`,
     or `inputs=list(D.parameters())`: the gradients are taken for another optimizer's (or
     another module's) parameters only, whose modules `step` does not update, so the backward
-    stops at those modules and never needs the stepped weights upstream of them (the generator's, in a GAN's discriminator update moved after the
-    generator's). Where the source does not show which modules the optimizers train, two
+    stops at those modules and never needs the stepped weights upstream of them (the
+    generator's, in a GAN's discriminator update moved after the generator's). Where the source does not show which modules the optimizers train, two
     optimizers are taken to train different ones."""
     keyword = backward.keyword("inputs")
     if keyword is None or src.reads(keyword.value, step.optimizer):
