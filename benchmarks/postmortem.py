@@ -26,10 +26,12 @@ sys.path.insert(0, str(ROOT / "samples"))
 
 import manifest  # noqa: E402
 
-# Run in the sample's process: the script as __main__ with its folder first on sys.path, then
-# the explanation of what it raised. Only the finding's facts come back.
+# Run in the sample's process: the script as __main__ with its folder first on sys.path, as
+# `python SCRIPT` runs it, then the explanation of what it raised. The script stays __main__ for
+# the explanation, as the user's own script does when it explains its error. Only the finding's
+# facts come back.
 _CHILD = """
-import json, os, runpy, sys
+import json, os, sys, types
 script, hooked = sys.argv[1], sys.argv[2:] == ["hooked"]
 sys.path.insert(0, os.path.dirname(script))
 sys.argv = [script]
@@ -37,8 +39,12 @@ import explainer
 if hooked:
     explainer.install()
 out = {"raised": None}
+main = types.ModuleType("__main__")
+main.__dict__.update(__file__=script, __builtins__=__builtins__)
+sys.modules["__main__"] = main
 try:
-    runpy.run_path(script, run_name="__main__")
+    with open(script, "rb") as source:
+        exec(compile(source.read(), script, "exec"), main.__dict__)
 except Exception as error:
     out["raised"] = type(error).__name__
     finding = explainer.explain(error)
@@ -51,12 +57,12 @@ print(json.dumps(out))
 """
 
 
-def explain_after(sample: manifest.Sample, hooked: bool = False) -> dict:
-    """The finding's facts for `sample` explained post-mortem (or, `hooked`, as the hooks did)."""
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(sample.path), *(["hooked"] if hooked else [])],
-                          capture_output=True, text=True,
-                          cwd=sample.path.parent, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "EXPLAINER_SAMPLE_DEVICE": "cpu"})
+def explain_after(sample: manifest.Sample, hooked: bool = False, runner=subprocess.run) -> dict:
+    """The finding's facts for `sample` explained post-mortem (or, `hooked`, as the hooks did), in
+    a process `runner` starts as `subprocess.run` does."""
+    proc = runner([sys.executable, "-c", _CHILD, str(sample.path), *(["hooked"] if hooked else [])],
+                  capture_output=True, text=True, cwd=sample.path.parent, timeout=600,
+                  env={**os.environ, "PYTHONPATH": str(ROOT), "EXPLAINER_SAMPLE_DEVICE": "cpu"})
     lines = proc.stdout.strip().splitlines()
     return json.loads(lines[-1]) if lines else {"crashed": proc.stderr.strip().splitlines()[-1:]}
 
