@@ -144,16 +144,18 @@ def differences(a: dict, b: dict, names: tuple[str, str] = ("the first", "the se
     return found
 
 
-def trained_by(script: Path, out: Path, device: str | None = None, env: dict[str, str] | None = None) -> dict:
+def trained_by(script: Path, out: Path, device: str | None = None, env: dict[str, str] | None = None,
+               runner=subprocess.run) -> dict:
     """`run(script)` in a process of its own, from the repository root as the samples expect,
-    with `env` added to this process's environment."""
+    with `env` added to this process's environment; `runner` starts it, as `subprocess.run` does
+    (the tests' is tests/forkserver.py's)."""
     import torch
 
     env = {**os.environ, **(env or {}), "PYTHONPATH": str(HERE.parent)}
     if device:
         env["EXPLAINER_SAMPLE_DEVICE"] = device
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(script), str(out)],
-                          capture_output=True, text=True, cwd=HERE.parent, env=env, timeout=600)
+    proc = runner([sys.executable, str(Path(__file__).resolve()), str(script), str(out)],
+                  capture_output=True, text=True, cwd=HERE.parent, env=env, timeout=600)
     if proc.returncode != 0 or not out.exists():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"the harness failed: {tail}", "tensors": []}

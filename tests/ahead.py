@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 
 import pytest
 
+import forkserver
 import trained
 from conftest import Run, run_explainer
 
@@ -86,7 +87,7 @@ def explained(script: Path, folder: Path) -> Run:
 
 
 def trained_of(script: Path, out: Path) -> dict:
-    return trained.trained_by(script, out, env=ONE_THREAD)
+    return trained.trained_by(script, out, env=ONE_THREAD, runner=forkserver.run)
 
 
 def now(call: Callable, *args) -> Future:

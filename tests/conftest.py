@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 sys.path.insert(0, str(SAMPLES))
@@ -98,9 +100,12 @@ class Run:
     findings: list
 
 
-def run_explainer(script: Path, *args: str, tmp_path: Path, cwd: Path = ROOT, env=None, svg: Path | None = None) -> Run:
+def run_explainer(script: Path, *args: str, tmp_path: Path, cwd: Path = ROOT, env=None, svg: Path | None = None,
+                  fresh: bool = False) -> Run:
+    """`python -m explainer run --json` on `script`, forked from a process that has imported torch
+    (tests/forkserver.py), or, `fresh`, in an interpreter that has not."""
     out = tmp_path / f"{script.stem}.findings.json"
-    proc = subprocess.run(
+    proc = (subprocess.run if fresh else forkserver.run)(
         [sys.executable, "-m", "explainer", "run", "--json", str(out), *(["--svg", str(svg)] if svg else []),
          str(script), *args],
         capture_output=True, text=True, cwd=cwd, timeout=300,

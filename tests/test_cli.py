@@ -141,7 +141,7 @@ def test_a_script_without_torch_never_imports_it(tmp_path, explain_run):
         import sys
         print("torch" in sys.modules)
     """)
-    run = explain_run(script)
+    run = explain_run(script, fresh=True)
     assert (run.returncode, run.stdout, run.stderr) == (0, "False\n", "")
 
 

@@ -12,10 +12,16 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from postmortem import explain_after  # noqa: E402
+import postmortem  # noqa: E402
 from test_samples import NOT_YET  # noqa: E402
 
+import forkserver  # noqa: E402
 import manifest  # noqa: E402
+
+
+def explain_after(sample: manifest.Sample, hooked: bool = False) -> dict:
+    return postmortem.explain_after(sample, hooked, runner=forkserver.run)
+
 
 BUGGY = [s for s in manifest.samples() + manifest.real_cases() + manifest.library_cases()
          if s.kind not in ("none", "graph-growth")]
