@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -59,6 +60,7 @@ class _Server:
         if self.process.poll() is None:
             self.process.stdin.close()
             self.process.wait(timeout=30)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def serving(self) -> bool:
         return self.ready and self.process.poll() is None
@@ -234,7 +236,7 @@ def _become(request: dict) -> None:
                 _run_as_main(args[1], "<string>")
             else:
                 sys.argv, sys.path[0] = list(args), os.path.dirname(os.path.realpath(args[0]))
-                _run_as_main(Path(args[0]).read_bytes(), args[0])
+                _run_as_main(Path(args[0]).read_bytes(), os.path.abspath(args[0]))
             code = 0
         except SystemExit as stop:
             if stop.code is None or isinstance(stop.code, int):
@@ -282,7 +284,8 @@ def _alias_main_when_torch_is_imported() -> None:
 
 
 def _run_as_main(source: str | bytes, filename: str) -> None:
-    """Run `source` as the interpreter runs a script or `-c`: in a new `__main__`."""
+    """Run `source` as the interpreter runs a script (`filename` absolute, as Python 3.9 on makes
+    `__file__`) or `-c`: in a new `__main__`."""
     import types
     from importlib.machinery import SourceFileLoader
 
