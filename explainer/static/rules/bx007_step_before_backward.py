@@ -48,8 +48,9 @@ def _kept_to_others(backward: Backward, step: Step, stepped, scope) -> bool:
     or `inputs=list(D.parameters())`: the gradients are taken for another optimizer's (or
     another module's) parameters only, whose modules `step` does not update, so the backward
     stops at those modules and never needs the stepped weights upstream of them (the
-    generator's, in a GAN's discriminator update moved after the generator's). Where the source does not show which modules the optimizers train, two
-    optimizers are taken to train different ones."""
+    generator's, in a GAN's discriminator update moved after the generator's). Where the source
+    does not show which modules the optimizers train, two optimizers are taken to train
+    different ones."""
     keyword = backward.keyword("inputs")
     if keyword is None or src.reads(keyword.value, step.optimizer):
         return False
