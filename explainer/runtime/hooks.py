@@ -67,8 +67,8 @@ _GROWTH_CHECKS_PER_SITE = 8
 # How many more backward calls that retain nothing look for a graph kept aside (a running total
 # of the loss): it shows from the third call, so the first ones of the process are enough, and
 # the calls after them pay one test.
-_KEPT_CHECKS = 10
-_kept_checks: list = [_KEPT_CHECKS]
+KEPT_CHECKS = 10
+_kept_checks: list = [KEPT_CHECKS]
 # What `install` was given: called with (error, call, roots, caller frame, recent calls, recent
 # steps, recent loads) when an autograd error escapes a backward call, and with (call, roots, caller frame,
 # recent calls, recent steps) -> whether it warned, when a call retains a graph or is one of the
@@ -370,7 +370,7 @@ def uninstall() -> None:
     _steps.clear()
     _loads.clear()
     _growth_checks.clear()
-    _kept_checks[0] = _KEPT_CHECKS
+    _kept_checks[0] = KEPT_CHECKS
     _step_depth.clear()
     _last_user_code[0] = None
     journal.clear()
