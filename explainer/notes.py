@@ -31,12 +31,12 @@ def install_or_say_why_not() -> bool:
     return hooks.install_or_say_why_not(add_note, warn_growth)
 
 
-def add_note(error, call, roots, caller, calls, steps, loads=()) -> None:
+def add_note(error, call, roots, caller, calls, steps, loads=(), zeroings=None) -> None:
     """Explain `error` and attach the explanation to it as a note."""
     with _one_line_on_failure(error):
         from .render.text import render_note
 
-        finding = _explain(error, call, roots, caller, calls, steps, loads)
+        finding = _explain(error, call, roots, caller, calls, steps, loads, zeroings)
         if finding is not None:
             explained_by = _rank_that_explains()
             error.add_note(render_note(finding) if explained_by is None else
@@ -86,10 +86,10 @@ def _rank_that_explains() -> str | None:
     return None
 
 
-def record_only(error, call, roots, caller, calls, steps, loads=()) -> None:
+def record_only(error, call, roots, caller, calls, steps, loads=(), zeroings=None) -> None:
     """Explain `error` into the journal only, for a front-end that renders from there (IPython)."""
     with _one_line_on_failure(error):
-        _explain(error, call, roots, caller, calls, steps, loads)
+        _explain(error, call, roots, caller, calls, steps, loads, zeroings)
 
 
 def add_note_after(error: BaseException) -> None:
@@ -124,11 +124,11 @@ def _in_compiled_code(tb) -> bool:
     return False
 
 
-def _explain(error, call, roots, caller, calls, steps, loads):
+def _explain(error, call, roots, caller, calls, steps, loads, zeroings):
     # Imported on the first error only: keeps `import explainer` and `install()` cheap.
     from .runtime import analysis
 
-    return analysis.explain_error(error, call, roots, caller, calls, steps, loads)
+    return analysis.explain_error(error, call, roots, caller, calls, steps, loads, zeroings)
 
 
 @contextmanager

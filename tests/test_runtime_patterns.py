@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+import trained
 from conftest import SAMPLES
 from explainer.fixes import rerun_forward
 from explainer.fixes.edits import apply_edits
@@ -3795,3 +3796,64 @@ def test_a_state_a_helper_sets_in_the_loops_dict_is_named_there_and_detached_whe
     (tmp_path / "patched.py").write_text(patched)
     after = explain_run(tmp_path / "patched.py")
     assert (after.returncode, after.findings) == (0, []), after.stderr
+
+
+AUX_STEPPED_FIRST = """
+    import torch
+
+    torch.manual_seed(0)
+    gen, aux = torch.nn.Linear(4, 4), torch.nn.Linear(4, 3)
+    gen_opt = torch.optim.SGD(gen.parameters(), lr=0.1)
+    aux_opt = torch.optim.SGD(aux.parameters(), lr=0.1)
+
+
+    def between():
+        HELPER
+
+
+    for _ in range(2):
+        x = torch.randn(8, 4)
+        pred = aux(gen(x))
+        aux_opt.zero_grad()
+        aux.requires_grad_(True)
+        torch.nn.functional.cross_entropy(aux(x), torch.zeros(8, dtype=torch.long)).backward()
+        aux_opt.step()
+        aux.requires_grad_(AFTER)
+        BETWEEN
+        gen_opt.zero_grad()
+        loss = pred.pow(2).mean()
+        loss.backward()
+        gen_opt.step()
+"""
+
+
+@pytest.mark.parametrize("helper, after, between, applicability", [
+    ("pass", "False", "between()", "safe"),
+    ("aux_opt.zero_grad()", "False", "between()", "unsafe"),  # a helper clears what the step applies
+    ("aux.zero_grad()", "False", "between()", "unsafe"),  # so does the module's own zero_grad
+    ("pass", "True", "between()", "unsafe"),  # the failing backward also reaches aux's weights
+    ("pass", "False", "aux.weight.grad.mul_(2)", "unsafe"),  # a gradient is written in between
+])
+def test_a_step_moved_after_the_backward_is_safe_only_where_it_applies_the_same_gradients(
+        helper, after, between, applicability, explain_run, tmp_path):
+    """joliGEN's semantic net steps, stops requiring gradients, and the generator's loss then
+    back-propagates through its old weights: moved after that backward, the step applies the
+    gradients it applied where it was, and says so, only where nothing in between gave its
+    weights gradients or cleared them."""
+    code = textwrap.dedent(AUX_STEPPED_FIRST).lstrip().replace("HELPER", helper).replace("AFTER", after) \
+        .replace("BETWEEN", between)
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    finding = explain_run(script).findings[0]
+    assert finding["code"] == "BX007"
+    moved = [f for f in finding["fixes"] if f["message"].startswith("Move `aux_opt.step()` after this backward")]
+    assert [f["applicability"] for f in moved] == [applicability]
+    patched = tmp_path / "patched.py"
+    patched.write_text(apply_edits(code, Fix.from_json(moved[0]).edits))
+    first = trained.trained_by(script, tmp_path / "buggy.pt")
+    fixed = trained.trained_by(patched, tmp_path / "fixed.pt")
+    assert fixed["error"] is None
+    # aux's first step applies what it applied where it was exactly where the move is safe.
+    differs = [d for d in trained.same_first_step(first, fixed) if d.startswith("SGD#1.")]
+    assert any(label.startswith("SGD#1.") for label in first["first_step"])
+    assert (differs == []) == (applicability == "safe"), differs

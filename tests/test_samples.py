@@ -44,11 +44,6 @@ NOT_YET: dict[str, str] = {
     "real/mmcv_cumulative_hook_with_optimizer_hook": "named `self.outputs` (145), the runner's alias, not `outputs` "
                                                      "(144) where train_step made it; no fix: the twin registers one "
                                                      "optimizer hook instead of two, in the config",
-    "real/joligen_cut_semantic_f_s_step_before_g_backward": "fixes[0] moves `optimizer_f_s.step()` after "
-                                                            "`loss_G.backward()` and trains what the twin trains, "
-                                                            "but is offered unsafe, rightly by its rule: in the "
-                                                            "first iteration that backward also gives f_s "
-                                                            "gradients, so the moved step sees other ones",
     "real/quaterion_xbm_buffer_view_overwritten": "`self._embeddings` (39) is named and fixes[0] copies both "
                                                   "returns of `get()`, as the twin does, but the next step then "
                                                   "fails in the old Euclidean distance, which the twin also "

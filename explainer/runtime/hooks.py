@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 
 from . import journal
-from .records import PACKAGE_DIR, BackwardCall, LoadCall, StepCall, is_library_file, outside_libraries
+from .records import PACKAGE_DIR, BackwardCall, LoadCall, StepCall, ZeroingCall, is_library_file, outside_libraries
 
 _peek_sequence_nr = torch._C._autograd._get_sequence_nr
 # While torch.compile traces, the hooks step aside: dynamo would otherwise trace into them, fail
@@ -55,6 +55,7 @@ class _PerThread(threading.local):
 _local = _PerThread()
 _steps: deque[tuple] = deque(maxlen=64)  # (tick, mark, optimizer ref, code, lasti)
 _loads: deque[tuple] = deque(maxlen=16)  # (tick, mark, module ref, code, lasti)
+_zeroings: deque[tuple] = deque(maxlen=64)  # (tick, optimizer or module ref)
 _originals: dict[str, object] = {}
 _step_hook_handle = None
 # The code object of the last frame found to be the user's, shared by the backward and step hooks:
@@ -70,7 +71,7 @@ _GROWTH_CHECKS_PER_SITE = 8
 KEPT_CHECKS = 10
 _kept_checks: list = [KEPT_CHECKS]
 # What `install` was given: called with (error, call, roots, caller frame, recent calls, recent
-# steps, recent loads) when an autograd error escapes a backward call, and with (call, roots, caller frame,
+# steps, recent loads, recent zeroings) when an autograd error escapes a backward call, and with (call, roots, caller frame,
 # recent calls, recent steps) -> whether it warned, when a call retains a graph or is one of the
 # first ten (a graph kept aside from the backward calls grows too).
 OnError = Callable[..., None]
@@ -117,6 +118,17 @@ def recent_steps() -> tuple[StepCall, ...]:
 
 def recent_loads() -> tuple[LoadCall, ...]:
     return tuple(LoadCall(tick, mark, ref, *_site(code, lasti)) for tick, mark, ref, code, lasti in _loads)
+
+
+def recent_zeroings() -> tuple[ZeroingCall, ...]:
+    return tuple(ZeroingCall(tick, ref) for tick, ref in _zeroings)
+
+
+def zeroings_recorded(owner) -> bool:
+    """Whether `owner`'s `zero_grad()` calls are recorded: its class has not replaced the one
+    `install` wraps (`torch.optim.Optimizer`'s or `torch.nn.Module`'s)."""
+    method = getattr(type(owner), "zero_grad", None)
+    return any(method is wrapper for wrapper in _zeroing_wrappers)
 
 
 # The hooked callables, by name: (owner, attribute, kind recorded, name of the roots parameter).
@@ -257,7 +269,8 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
 def _explain_into(error: RuntimeError, call: tuple, roots, caller) -> None:
     on_error = _callbacks[0]
     if on_error is not None:
-        on_error(error, _as_call(call), roots, caller, recent_calls(), recent_steps(), recent_loads())
+        on_error(error, _as_call(call), roots, caller, recent_calls(), recent_steps(), recent_loads(),
+                 recent_zeroings())
 
 
 def _check_growth(call: tuple, roots, caller) -> None:
@@ -311,14 +324,32 @@ def _recording_loads(original):
     return load_state_dict
 
 
+def _recording_zeroings(original):
+    """`Optimizer.zero_grad` and `Module.zero_grad`, recording that they ran: a step moved past
+    one would apply other gradients. Called once a step, and only its owner is kept."""
+
+    @functools.wraps(original)
+    def zero_grad(self, *args, **kwargs):
+        __tracebackhide__ = True
+        if not (_dynamo_tracing() or _compiler._is_compiling_flag):
+            _zeroings.append((next(_ticks), weakref.ref(self)))
+        return original(self, *args, **kwargs)
+
+    _zeroing_wrappers.append(zero_grad)
+    return zero_grad
+
+
+_zeroing_wrappers: list = []
+
+
 def installed() -> bool:
     return bool(_originals)
 
 
 def install(on_error: OnError, on_growth: OnGrowth) -> None:
     """Hook `Tensor.backward`, `torch.autograd.backward` and `torch.autograd.grad`, and add an
-    optimizer step post-hook, and record `Module.load_state_dict` calls; autograd errors and
-    retained graphs go to the callbacks. Installed
+    optimizer step post-hook, and record `Module.load_state_dict` calls and the optimizers' and
+    modules' `zero_grad()` calls; autograd errors and retained graphs go to the callbacks. Installed
     again, only the callbacks change. Raises UnsupportedTorch, with nothing hooked, when a
     signature is not the one the hooks read.
 
@@ -335,6 +366,8 @@ def install(on_error: OnError, on_growth: OnGrowth) -> None:
         wrappers[name] = (owner(), attribute, original, _make_wrapper(name, kind, roots_name, original))
     load = torch.nn.Module.load_state_dict
     wrappers["Module.load_state_dict"] = (torch.nn.Module, "load_state_dict", load, _recording_loads(load))
+    for owner, name in ((torch.optim.Optimizer, "Optimizer.zero_grad"), (torch.nn.Module, "Module.zero_grad")):
+        wrappers[name] = (owner, "zero_grad", owner.zero_grad, _recording_zeroings(owner.zero_grad))
     for name, (target, attribute, original, wrapper) in wrappers.items():
         _originals[name] = (target, attribute, original)
         setattr(target, attribute, wrapper)
@@ -369,6 +402,8 @@ def uninstall() -> None:
     _local.state[1].clear()
     _steps.clear()
     _loads.clear()
+    _zeroings.clear()
+    _zeroing_wrappers.clear()
     _growth_checks.clear()
     _kept_checks[0] = KEPT_CHECKS
     _step_depth.clear()

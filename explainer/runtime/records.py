@@ -87,6 +87,14 @@ class LoadCall(NamedTuple):
     column: int | None = None  # as BackwardCall's
 
 
+class ZeroingCall(NamedTuple):
+    """One recorded `zero_grad()` call, of an optimizer or a module: it clears the gradients of
+    `owner`'s parameters that the next step would have applied."""
+
+    tick: int
+    owner: weakref.ref
+
+
 def is_library_file(filename: str) -> bool:
     """Library code (LIBRARY), a frozen module's, or an installed package's wherever it lies."""
     return filename.startswith(LIBRARY) or filename.startswith("<frozen") or _INSTALLED in filename \

@@ -21,13 +21,13 @@ from .no_grad import explain_no_grad
 from .second_backward import explain_second_backward
 
 
-def explain_error(error, call: BackwardCall, roots, caller, calls, steps, loads=()) -> Finding | None:
+def explain_error(error, call: BackwardCall, roots, caller, calls, steps, loads=(), zeroings=None) -> Finding | None:
     """The finding for an autograd error that escaped the backward call `call` (made from the
     frame `caller`), recorded in the journal; None for an error this project does not explain."""
     frames = []
     try:
         frames = records.user_frames(caller)
-        finding = explain(error, call, roots, frames, calls, steps, loads)
+        finding = explain(error, call, roots, frames, calls, steps, loads, zeroings)
         warned = journal.warned_at(call.tick) if call is not None and finding is not None else None
         if warned is not None and finding.kind == "inplace-modified":
             # The graph kept with retain_graph=True (the warning) is the graph built before the
@@ -56,12 +56,13 @@ def explain_growing(call: BackwardCall, roots, caller, calls, steps) -> Finding 
         frames.clear()
 
 
-def explain(error, call: BackwardCall | None, roots, frames, calls, steps, loads=()) -> Finding | None:
+def explain(error, call: BackwardCall | None, roots, frames, calls, steps, loads=(), zeroings=None) -> Finding | None:
     kind = kind_of(error)
     if kind is None:
         return None
     graph.reset_budget()
-    context = Context(call, _as_tensors(roots), frames, tuple(calls), tuple(steps), tuple(loads))
+    context = Context(call, _as_tensors(roots), frames, tuple(calls), tuple(steps), tuple(loads),
+                      None if zeroings is None else tuple(zeroings))
     if kind == "second-backward":
         return explain_second_backward(context)
     if kind == "inplace-modified":

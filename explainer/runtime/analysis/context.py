@@ -20,6 +20,8 @@ class Context:
     calls: tuple
     steps: tuple
     loads: tuple = ()  # LoadCall: `load_state_dict` calls, which write into parameters like a step
+    # ZeroingCall: the `zero_grad()` calls, where they were recorded (None post-mortem)
+    zeroings: tuple | None = None
     _bindings: list | None = field(default=None, repr=False)
     _freeing: tuple | None = field(default=None, repr=False)
 

@@ -34,7 +34,7 @@ from ...reading.training import (
     update_receiver,
     whole_update,
 )
-from .. import graph, naming
+from .. import graph, hooks, naming
 from ..errors import InplaceDetail, version_facts
 from ..records import StepCall
 from .context import Context
@@ -193,7 +193,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             # takes its gradient at the weights the graph was built with.
             fixes.insert(0, after)
         else:
-            fixes.append(after or _reorder_step(source, scope, step, failing)
+            fixes.append(after or _reorder_step(ctx, source, scope, step, failing)
                          or _step_after_the_loop(source, scope, step, failing))
         # Its own update first, the other way to order the updates: after a recompute (as
         # FiredUp's DDPG, toshikwa's SAC and Spinning Up do it), before it where none is offered
@@ -719,7 +719,7 @@ def _step_for(steps, parameter) -> StepCall | None:
     return steps[-1]
 
 
-def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
+def _reorder_step(ctx, source, scope, step: StepCall, failing) -> Fix | None:
     if source is None or failing is None or step.filename != source.filename:
         return None
     step_stmt = src.innermost_statement(scope, step.row)
@@ -728,8 +728,43 @@ def _reorder_step(source, scope, step: StepCall, failing) -> Fix | None:
     if src.parent(step_stmt) is not src.parent(failing):
         return None
     edits = (delete_lines(source, step_stmt), insert_lines_after(source, failing, statement_text(source, step_stmt)))
+    if _sees_the_same_gradients(ctx, source, step, step_stmt, failing):
+        return Fix(f"Move `{source.segment(step_stmt)}` after this backward, the last one that needs the old "
+                   f"weights: nothing between the two places gives its parameters gradients or clears them, so "
+                   f"it steps with the same gradients", edits, "safe")
     return Fix(f"Move `{source.segment(step_stmt)}` after this backward, the last one that needs the "
                f"old weights (changes which gradients that step sees)", edits, "unsafe")
+
+
+def _sees_the_same_gradients(ctx, source, step: StepCall, step_stmt, failing) -> bool:
+    """joliGEN: `backward_f_s(); optimizer_f_s.step(); set_requires_grad(netf_s, False)`, then
+    `loss_G.backward()` through the semantic net's old weights. Moved after that backward, the
+    step applies what it applied where it was when no backward ran in between (the record), none
+    of the calls recorded between zeroed its parameters' gradients, the failing backward gives
+    none of them a gradient (those it reaches no longer require one: a parameter's gradient is
+    accumulated only while it does), and no statement in between touches a `.grad`."""
+    optimizer = step.optimizer()
+    if not isinstance(optimizer, torch.optim.Optimizer) or ctx.zeroings is None or ctx.call is None \
+            or not hooks.zeroings_recorded(optimizer):
+        return False
+    if any(step.tick < call.tick < ctx.call.tick for call in ctx.calls):
+        return False
+    own = trained_by(optimizer)
+    for zeroing in ctx.zeroings:
+        owner = zeroing.owner()
+        if step.tick < zeroing.tick < ctx.call.tick and (owner is None or not hooks.zeroings_recorded(owner) or (
+                trained_by(owner) if isinstance(owner, torch.optim.Optimizer) else
+                {id(p) for p in owner.parameters()}) & own):
+            return False
+    walked = graph.walk(ctx.root_nodes())
+    if not walked.complete or any(graph.is_leaf(node) and id(graph.leaf_variable(node)) in own
+                                  and graph.leaf_variable(node).requires_grad for node in walked.nodes.values()):
+        return False
+    block = src.enclosing_block(failing)
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    between = block[at[id(step_stmt)] + 1:at[id(failing)] + 1] if id(step_stmt) in at and id(failing) in at else None
+    return between is not None and not any(isinstance(node, ast.Attribute) and node.attr == "grad"
+                                           for stmt in between for node in ast.walk(stmt))
 
 
 def _drop_repeated_step(source, scope, step: StepCall, failing) -> Fix | None:
