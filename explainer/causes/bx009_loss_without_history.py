@@ -11,7 +11,9 @@ CAUSE = Cause(
     what="""\
 Flags the value that cut a loss off its graph (a forward under `torch.no_grad()`, a call to a
 helper decorated with `@torch.no_grad()`, or `x = x.detach()`) when `backward()` is then called
-on a loss computed only from such values and data.""",
+on a loss computed only from such values and data; and the forward of a model of the file that
+runs after a call left autograd off for the whole process (`torch.set_grad_enabled(False)` as a
+statement, in a helper or in a function it calls, with nothing turning it back on).""",
     why="""\
 The loss has no `grad_fn`, so `backward()` raises "element 0 of tensors does not require grad
 and does not have a grad_fn". The usual quick fix, `loss.requires_grad = True`, silences the
@@ -33,6 +35,11 @@ loss.backward()""",
             "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
             "{decorator_row}), " + _NO_GRAPH),
         "detached": Message("`{carrier}` is detached at line {made_at.row}, " + _NO_GRAPH),
+        "switched-off": Message(
+            "`{carrier}` (line {made_at.row}) comes from `{module}`, whose parameters train, but `{switch}` "
+            "({switched_at}) turned autograd off for everything that runs after it, not just for its own "
+            "function, and nothing turns it back on before this forward: `{backward.code}` (line {backward.row}) "
+            "has no graph to go through ('does not require grad')"),
         "module-cut": Message("`{carrier}` returns a value cut from the graph by {cut} (line {made_at.row}, in "
                               "`{function}`), " + _NO_GRAPH),
         "run-cut": Message(

@@ -182,6 +182,66 @@ def switches_grad_off(stmt: ast.stmt) -> ast.Call | None:
     return call if name in ("set_grad_enabled", "_set_grad_enabled") and _mode_is(call, False) else None
 
 
+def switches_grad_on(stmt: ast.stmt) -> bool:
+    """`torch.set_grad_enabled(True)` written as a statement: autograd is on after it."""
+    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
+        return False
+    name = src.canonical(stmt.value.func).split(".")[-1]
+    return name in ("set_grad_enabled", "_set_grad_enabled") and _mode_is(stmt.value, True)
+
+
+def called_name(call: ast.Call) -> str:
+    """The name a call calls by: `f` in `f(x)` and in `self.helper.f(x)`."""
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def leaving_grad_off(tree: ast.Module) -> dict[str, tuple[ast.stmt, ast.Call]]:
+    """The functions of the file, by name, after which autograd stays off, with the
+    `torch.set_grad_enabled(False)` statement that turned it off: the last of their own
+    statements that switches it is that one, or a call of another such function (face-alignment's
+    `get_landmarks` calls `get_landmarks_from_image`, which switches it off and never back on)."""
+    def find() -> dict[str, tuple[ast.stmt, ast.Call]]:
+        functions = src.nodes_of(tree, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if not any(switches_grad_off(n) for f in functions for n in src.own_nodes(f) if isinstance(n, ast.stmt)):
+            return {}
+        leaving: dict[str, tuple[ast.stmt, ast.Call]] = {}
+        for _ in range(8):  # calls of calls, to a fixed point
+            before = len(leaving)
+            for function in functions:
+                if function.name not in leaving:
+                    last = last_grad_switch(function, leaving, function.end_lineno + 1)
+                    if last is not None and last[1] is not None:
+                        leaving[function.name] = last[1]
+            if len(leaving) == before:
+                break
+        return leaving
+
+    return src.cached(tree, "_leaving_grad_off", find)
+
+
+def last_grad_switch(scope: ast.AST, leaving: dict, before: int) -> tuple[ast.stmt, tuple | None] | None:
+    """The last statement of `scope`'s own above line `before` that switches autograd for what
+    runs after it, with (the switch statement, its call) where it turns it off (itself, or a call
+    of a function in `leaving`) and None where it turns it on; None where none does."""
+    found = None
+    for stmt in sorted((n for n in src.own_nodes(scope) if isinstance(n, ast.stmt) and n.lineno < before),
+                       key=lambda n: n.lineno):
+        call = switches_grad_off(stmt)
+        if call is not None:
+            found = (stmt, (stmt, call))
+        elif switches_grad_on(stmt):
+            found = (stmt, None)
+        else:
+            ran = next((leaving[called_name(c)] for c in ast.walk(stmt) if isinstance(c, ast.Call)
+                        and called_name(c) in leaving and not isinstance(stmt, _COMPOUND)), None)
+            if ran is not None:
+                found = (stmt, ran)
+    return found
+
+
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)
+
+
 def _mode_is(call: ast.Call, value: bool) -> bool:
     """Whether `call` is given `mode` (its first argument) as the constant `value`:
     `set_grad_enabled(False)`, `inference_mode(mode=False)`."""
@@ -585,10 +645,11 @@ def cut_in_chain(value: ast.AST) -> ast.expr | None:
     return None
 
 
-def local_forward(func: ast.AST, scope: ast.AST, before: int) -> ast.FunctionDef | None:
+def local_forward(func: ast.AST, scope: ast.AST, before: int, *, globals_too: bool = False) -> ast.FunctionDef | None:
     """The `forward` that calling `func` runs, where `func` is a name made from a module class
-    of this file (`model = Net().to(device)`) that defines it."""
-    made = _class_made(func, scope, before)
+    of this file (`model = Net().to(device)`) that defines it; with `globals_too`, also a name
+    made at module level that `scope` never assigns."""
+    made = _class_made(func, scope, before, globals_too=globals_too)
     return defines_forward(made) if made is not None else None
 
 

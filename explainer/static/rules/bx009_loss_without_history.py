@@ -11,14 +11,20 @@ from ...reading import source as src
 from ...reading.dataflow import Ancestor, ancestors
 from ...reading.training import (
     backward_calls,
+    called_name,
     called_without_graph,
     cuts_history,
     forward_cuts,
     has_history,
+    last_grad_switch,
+    leaving_grad_off,
     local_forward,
     no_grad_block,
     scopes,
+    switches_grad_off,
+    turns_grad_on,
     under_no_grad,
+    with_blocks,
 )
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
@@ -30,6 +36,10 @@ def check(module: CheckedModule) -> Iterator[Finding]:
     for scope in scopes(module.tree):
         for backward in backward_calls(scope):
             if backward.api != "backward" or under_no_grad(backward.call):
+                continue
+            switched = _switched_off(module, scope, backward)
+            if switched is not None:
+                yield switched
                 continue
             if has_history(backward.root, scope, backward.line):
                 continue  # the lenient form: any call the file can't see into may be a model
@@ -61,6 +71,68 @@ def _cut(backward, scope) -> tuple[Ancestor, str] | None:
         if called_without_graph(value, scope) is not None:
             return ancestor, "decorated"
     return None
+
+
+def _switched_off(module: CheckedModule, scope, backward) -> Finding | None:
+    """The loss comes from a model of this file whose forward runs after a call that left
+    autograd off for the whole process (`torch.set_grad_enabled(False)` as a statement, in a
+    helper or in a function it calls): before it in the same scope, or later in the same loop,
+    which runs before the forward of the next pass. Flagged at the forward, as the runtime does."""
+    leaving = leaving_grad_off(module.tree)
+    if not leaving and not any(switches_grad_off(n) for n in src.own_nodes(scope) if isinstance(n, ast.stmt)):
+        return None
+    forward = next((a for a in _made_from(backward.root, scope, backward.line) if a.value is not None and any(
+        isinstance(c, ast.Call) and local_forward(c.func, scope, a.line, globals_too=True) is not None
+        for c in ast.walk(a.value))), None)
+    if forward is None or any(turns_grad_on(item.context_expr) for block in with_blocks(forward.stmt)
+                              for item in block.items):
+        return None
+    last = last_grad_switch(scope, leaving, forward.stmt.lineno)
+    loops = src.loops_around(forward.stmt, stop=scope)
+    if (last is None or last[1] is None) and loops and (last is None or last[0].lineno < loops[-1].lineno):
+        # Nothing in this pass before the forward switches: the end of the previous pass may.
+        last = last_grad_switch(loops[-1], leaving, loops[-1].end_lineno + 1) or last
+    if last is None and getattr(scope, "name", None) in leaving and _runs_again(module.tree, scope.name):
+        # tbd-nets' `train_epoch` ends by calling `check_accuracy`, which leaves autograd off,
+        # and the next epoch's call of it trains with autograd still off.
+        last = (scope, leaving[scope.name])
+    if last is None or last[1] is None:
+        return None
+    switch, call = last[1]
+    source = module.source
+    function = src.enclosing_function(switch)
+    module_call = next(c for c in ast.walk(forward.value) if isinstance(c, ast.Call)
+                       and local_forward(c.func, scope, forward.line, globals_too=True) is not None)
+    scoped = undo_cut.scope_the_switch(source, function, switch, call) if function is not None else None
+    fix = scoped or undo_cut.enable_grad_before(source, forward.stmt, source.segment(switch),
+                                                f"{source.segment(call.func)}(True)")
+    return module.finding(CODE, "switched-off", forward.target, fix, carrier=source.segment(forward.target),
+                          made_at=forward.stmt, backward=backward.call, loss=source.segment(backward.root),
+                          module=source.segment(module_call.func), switch=source.segment(switch),
+                          switch_row=switch.lineno, switch_function=getattr(function, "name", ""))
+
+
+def _made_from(value: ast.AST, scope, line: int) -> list[Ancestor]:
+    """`ancestors`, and through `loss += penalty` also what `loss` was before (tbd-nets' L1
+    penalty added to the cross-entropy of the model's output)."""
+    found, pending, seen = [], [(value, line)], set()
+    while pending:
+        node, at = pending.pop(0)
+        for ancestor in ancestors(node, scope, at):
+            if id(ancestor.stmt) in seen:
+                continue
+            seen.add(id(ancestor.stmt))
+            found.append(ancestor)
+            target = ancestor.stmt.target if isinstance(ancestor.stmt, ast.AugAssign) else None
+            if isinstance(target, ast.Name):
+                pending.append((ast.Name(target.id, ast.Load()), ancestor.stmt.lineno))
+    return found
+
+
+def _runs_again(tree: ast.Module, name: str) -> bool:
+    """Whether the function `name` is called from more than one place, or from inside a loop."""
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and called_name(c) == name]
+    return len(calls) > 1 or any(src.loops_around(c) for c in calls)
 
 
 def _cut_in_forward(backward, scope):
@@ -144,6 +216,57 @@ CUT_IN_FORWARD = """
             optimizer.step()
 """
 
+# A helper of the data pipeline that leaves autograd off (`helper`), then the training.
+SWITCHED_OFF = """
+        class Regressor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+
+            def forward(self, x):
+                return self.fc(x)
+{helper}
+        model = Regressor()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for image in images:
+            target = landmarks_of(image)
+            {switch_on}
+            pred = model(image.flatten()[:4])
+            loss = (pred - target[:2]).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+SWITCHED_OFF_BY_EVALUATION = """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 3)
+
+            def forward(self, x):
+                return self.fc(x)
+
+        net = Net()
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+
+        def check_accuracy(loader):
+            torch.set_grad_enabled(False)
+            return sum((net(x).argmax(1) == y).sum().item() for x, y in loader)
+
+        def train_epoch():
+            {switch_on}
+            for x, y in train_loader:
+                outs = net(x)
+                loss = F.cross_entropy(outs, y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            return check_accuracy(val_loader)
+
+        for epoch in range(3):
+            train_epoch()
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
@@ -169,8 +292,31 @@ INVALID: list[Invalid] = [
             loss = mse_loss(pred, y)
             loss.backward()
     """),
+    Invalid("a helper switches autograd off for the whole process before the training forward "
+            "(1adrianb/face-alignment, api.py before ecb963e)", SWITCHED_OFF.format(helper="""
+        def landmarks_of(image):
+            torch.set_grad_enabled(False)
+            return image.mean(0)
+    """, switch_on="")),
+    Invalid("an evaluation at the end of each epoch switches autograd off for the next one "
+            "(ethanjperez/tbd-nets, train-model.py before 9de0235)", SWITCHED_OFF_BY_EVALUATION.format(switch_on="")),
 ]
 VALID: list[Valid] = [
+    Valid("the helper turns autograd back on before it returns", SWITCHED_OFF.format(helper="""
+        def landmarks_of(image):
+            torch.set_grad_enabled(False)
+            points = image.mean(0)
+            torch.set_grad_enabled(True)
+            return points
+    """, switch_on="")),
+    Valid("the helper evaluates under `@torch.no_grad()`, which turns autograd back on when it returns",
+          SWITCHED_OFF.format(helper="""
+        @torch.no_grad()
+        def landmarks_of(image):
+            return image.mean(0)
+    """, switch_on="")),
+    Valid("each epoch turns autograd back on first (tbd-nets' fix, 9de0235)",
+          SWITCHED_OFF_BY_EVALUATION.format(switch_on="torch.set_grad_enabled(True)")),
     Valid("the model's forward returns what it computes", CUT_IN_FORWARD.format(returned="self.fc(x).float()")),
     Valid("TD3: the target under no_grad, the critic's loss summed over its Q values by a generator "
           "(DLR-RM/stable-baselines3, td3.py)", """
