@@ -241,8 +241,9 @@ def one_per_bug(checked: list[Finding], ran: list[Finding]) -> list[Finding]:
     it is shown where the checker points, with the explanation of what happened when it ran and
     its fix (proven on that run), and marked `confirmed`. "The same place" is a line the checker's
     range covers: the runtime culprit's, or the failing call's (`retain_graph=True` at the
-    backward, while the runtime names the carrier). A runtime finding the checker could not see
-    stays on its own."""
+    backward, while the runtime names the carrier); or, for an in-place change, the line that
+    changed the tensor, which both name. A runtime finding the checker could not see stays on its
+    own."""
     merged = list(checked)
     alone = []
     for finding in ran:
@@ -263,7 +264,14 @@ def _same_bug(static: Finding, ran: Finding) -> bool:
     backward = ran.evidence.backward
     at_backward = backward is not None and ran.cell is None and os.path.abspath(backward.filename) == \
         os.path.abspath(ran.filename) and backward.row in rows
-    return ran.location.row in rows or at_backward
+    # An in-place change that two saved tensors lost (RefineNet's `x += path` after an in-place
+    # ReLU and a max-pool): the checker names the ReLU's output, the run the max-pool's input,
+    # and both name the line that changed it.
+    made = static.evidence.made_at
+    changed = static.code == "BX011" and made is not None and any(
+        c.location.row == made.row and os.path.abspath(c.filename) == os.path.abspath(made.filename)
+        for c in ran.culprits[1:]) and ran.cell is None
+    return ran.location.row in rows or at_backward or changed
 
 
 def hover_markdown(finding: Finding) -> str:

@@ -90,12 +90,16 @@ def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases(
     assert len([s for s in SAFELY_FIXED if s in manifest.samples()]) >= 25
     assert [s.name for s in SAFELY_FIXED if s in manifest.real_cases()] == [
         "real/again_melgan_d_fake_before_d_step", "real/amphion_valle_epoch_sum_loss_graph",
-        "real/brax_ppo_total_loss_graph", "real/denoising_diffusion_conv1d_input_outside_loop",
-        "real/face_alignment_get_landmarks_disables_grad_globally", "real/imvisible_running_loss_keeps_graph", "real/infini_attention_memory",
+        "real/brax_ppo_total_loss_graph", "real/csnet_res_encoder_inplace_residual",
+        "real/denoising_diffusion_conv1d_input_outside_loop",
+        "real/face_alignment_get_landmarks_disables_grad_globally", "real/h3dnet_refine_inplace_residual",
+        "real/imvisible_running_loss_keeps_graph", "real/infini_attention_memory",
         "real/infomaxvae_info_loss_after_vae_step",
         "real/labelmodels_running_loss_graph", "real/medipixel_ppo_total_loss_twice",
+        "real/microbial_hrnet_basic_block_inplace_residual",
         "real/ml2021_hw7_train_loss_graph", "real/morvanzhou_gan_d_step_before_g_backward",
-        "real/morvanzhou_rnn_regressor_h_state_not_repacked", "real/openasr_iter_one_epoch_tot_loss_graph",
+        "real/morvanzhou_rnn_regressor_h_state_not_repacked",
+        "real/nnr_gcn_layer_residual_inplace_add", "real/openasr_iter_one_epoch_tot_loss_graph",
         "real/pyod_deepsvdd_weight_penalty_built_once", "real/pytorch_gan_wgan_fake_imgs",
         "real/ray_finetune_llm_loss_sum_graph", "real/resample_retain_step", "real/silero_vad_init_jit_model_disables_grad_globally",
         "real/so_gan_loss_d_through_generator", "real/srgan_d_step_before_g_loss",
@@ -894,3 +898,19 @@ def test_source_lines_are_found_in_the_notebook_file(raw, rows):
     from explainer.reading.notebook import source_lines_in_file
 
     assert source_lines_in_file(raw) == rows
+
+
+def test_an_in_place_change_the_checker_and_the_run_both_see_is_one_bug(explain_run, tmp_path):
+    """RefineNet's `x += path` after an in-place ReLU and a max-pool of the same tensor: the
+    checker names the ReLU's output (line 80), the run the max-pool's input (line 84), and both the
+    line that changed it (85). The editor shows one diagnostic, confirmed by the run."""
+    from explainer import editor
+    from explainer.model import Finding
+
+    sample = {s.name: s for s in manifest.real_cases()}["real/refinenet_crp_inplace_add"]
+    static = [f for f in check_file(sample.path) if f.code == "BX011"]
+    ran = [Finding.from_json(f) for f in explain_run(sample.path).findings]
+    assert [(f.location.row, f.evidence.made_at.row) for f in static] == [(80, 85)]
+    assert [(f.code, [c.location.row for c in f.culprits]) for f in ran] == [("BX011", [84, 85])]
+    (shown,) = editor.one_per_bug(static, ran)
+    assert shown.confirmed and shown.location.row == 80

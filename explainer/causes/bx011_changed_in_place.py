@@ -6,7 +6,6 @@ CAUSE = Cause(
     name="changed-in-place",
     title="a tensor the graph saved, changed in place by your own code before the backward (`h += 1`, "
           "`nn.ReLU(inplace=True)` after an operation that saved its input)",
-    runtime_only=True,
     what="""\
 Found when it runs: the backward fails with "one of the variables needed for gradient computation
 has been modified by an inplace operation", and no optimizer step changed the tensor. Your own code
@@ -15,7 +14,10 @@ did: `h += 1`, `h.clamp_(0, 1)`, `h[mask] = 0`, state written into in a method
 a state "restored" after a trial step), or, inside a model's `forward`, `nn.ReLU(inplace=True)`
 or `out += x` after an operation that saved that tensor for its gradient. The explanation names
 the tensor and the line that changed it, read from the graph's in-place node, the recorded
-`load_state_dict` calls and the model's classes.""",
+`load_state_dict` calls and the model's classes. The checker flags the plainest form before it
+runs: the output of an operation that saves its output for the gradient (`F.relu`,
+`torch.sigmoid`, an `nn.ReLU()` of the module, an `nn.Sequential` ending in one) changed in place
+further down the same function (`out += residual`).""",
     why="""\
 An operation that needs its input (or output) to compute its gradient saves it, with the
 tensor's version. Changing the tensor in place bumps that version, and the backward refuses to
@@ -24,19 +26,23 @@ use the changed value. `retain_graph=True` has nothing to do with it: the graph 
 import torch
 
 w = torch.ones(3, requires_grad=True)
-h = w * 2
-y = (h ** 2).sum()
+h = torch.sigmoid(w * 2)
+y = (h * 3).sum()
 h += 1
 y.backward()""",
     use_instead="""\
 import torch
 
 w = torch.ones(3, requires_grad=True)
-h = w * 2
-y = (h ** 2).sum()
+h = torch.sigmoid(w * 2)
+y = (h * 3).sum()
 h = h + 1
 y.backward()""",
     messages={
+        "saved-result": Message(
+            "`{carrier}` is what {saved} returns, and {saved} saves it to compute its gradient; `{change}` (line "
+            "{made_at.row}) then changes it in place, so the backward through {saved} will fail ('modified by an "
+            "inplace operation')"),
         "run-user": Message(
             "`{carrier}` was changed in place by `{change}` (line {made_at.row}) after the graph saved it for this "
             "backward (line {backward.row}). {versions}",
