@@ -55,7 +55,10 @@ class _PerThread(threading.local):
 _local = _PerThread()
 _steps: deque[tuple] = deque(maxlen=64)  # (tick, mark, optimizer ref, code, lasti)
 _loads: deque[tuple] = deque(maxlen=16)  # (tick, mark, module ref, code, lasti)
-_zeroings: deque[tuple] = deque(maxlen=64)  # (tick, optimizer or module ref)
+# (tick, optimizer or module ref); a record this long that begins after a step may have lost
+# a zeroing made since.
+ZEROINGS_KEPT = 64
+_zeroings: deque[tuple] = deque(maxlen=ZEROINGS_KEPT)
 _originals: dict[str, object] = {}
 _step_hook_handle = None
 # The code object of the last frame found to be the user's, shared by the backward and step hooks:

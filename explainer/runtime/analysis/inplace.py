@@ -749,6 +749,8 @@ def _sees_the_same_gradients(ctx, source, step: StepCall, step_stmt, failing) ->
         return False
     if any(step.tick < call.tick < ctx.call.tick for call in ctx.calls):
         return False
+    if len(ctx.zeroings) >= hooks.ZEROINGS_KEPT and ctx.zeroings[0].tick > step.tick:
+        return False  # the record may have lost a zeroing made since the step
     own = trained_by(optimizer)
     for zeroing in ctx.zeroings:
         owner = zeroing.owner()

@@ -29,7 +29,7 @@ _SAVE_RESULT = {"relu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "softmax", "l
 _SAVE_RESULT_MODULES = {"ReLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax"}
 _NOT_TORCH = ("np", "numpy", "math", "jnp", "jax", "scipy", "cmath")
 # Tensor methods ending in `_` that do not write into the tensor's values.
-_NOT_WRITES = {"requires_grad_", "retain_grad_", "share_memory_", "record_stream_"}
+_NOT_WRITES = {"requires_grad_", "retain_grad_", "share_memory_", "record_stream_", "detach_"}
 
 
 def check(module: CheckedModule) -> Iterator[Finding]:
