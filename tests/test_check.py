@@ -90,7 +90,8 @@ def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases(
     assert len([s for s in SAFELY_FIXED if s in manifest.samples()]) >= 25
     assert [s.name for s in SAFELY_FIXED if s in manifest.real_cases()] == [
         "real/again_melgan_d_fake_before_d_step", "real/amphion_valle_epoch_sum_loss_graph",
-        "real/brax_ppo_total_loss_graph", "real/csnet_res_encoder_inplace_residual",
+        "real/brax_ppo_total_loss_graph", "real/cdc_resnet_block_time_emb_inplace",
+        "real/csnet_res_encoder_inplace_residual",
         "real/denoising_diffusion_conv1d_input_outside_loop",
         "real/face_alignment_get_landmarks_disables_grad_globally", "real/h3dnet_refine_inplace_residual",
         "real/imvisible_running_loss_keeps_graph", "real/infini_attention_memory",

@@ -49,11 +49,12 @@ def check(module: CheckedModule) -> Iterator[Finding]:
                                  saver=module.source.segment(op.func), change=module.source.segment(change).splitlines()[0])
 
 
-def _saving_result(value: ast.expr, scope) -> ast.Call | None:
+def _saving_result(value: ast.expr, scope, depth: int = 0) -> ast.Call | None:
     """The call that makes `value` where its backward saves what it returns: `F.relu(...)`,
     `x.sigmoid()`, `self.relu(...)` of an `nn.ReLU()`, `self.block(...)` of an `nn.Sequential`
-    whose last layer is one."""
-    if not isinstance(value, ast.Call):
+    whose last layer is one, or of a module class of this file whose `forward` returns only such
+    values (cdc's `Block`)."""
+    if not isinstance(value, ast.Call) or depth > 3:
         return None
     func = value.func
     if isinstance(func, ast.Attribute) and func.attr in _SAVE_RESULT:
@@ -64,7 +65,7 @@ def _saving_result(value: ast.expr, scope) -> ast.Call | None:
         return value
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
         made = _made_in_init(scope, func.attr)
-        if made is not None and _module_saves_result(made):
+        if made is not None and _module_saves_result(made, src.module_of(scope), depth):
             return value
     return None
 
@@ -80,15 +81,22 @@ def _made_in_init(scope, attribute: str) -> ast.expr | None:
     return made[0] if len(made) == 1 else None
 
 
-def _module_saves_result(made: ast.expr) -> bool:
-    """`nn.ReLU(inplace=True)`, `nn.Sigmoid()`, or an `nn.Sequential(...)` whose last layer is one."""
+def _module_saves_result(made: ast.expr, tree, depth: int) -> bool:
+    """`nn.ReLU(inplace=True)`, `nn.Sigmoid()`, an `nn.Sequential(...)` whose last layer is one,
+    or a module class of this file whose `forward` returns only what such an operation made."""
     if not isinstance(made, ast.Call):
         return False
     kind = src.canonical(made.func).split(".")[-1]
     if kind in _SAVE_RESULT_MODULES:
         return True
-    return kind == "Sequential" and bool(made.args) and not isinstance(made.args[-1], ast.Starred) \
-        and _module_saves_result(made.args[-1])
+    if kind == "Sequential":
+        return bool(made.args) and not isinstance(made.args[-1], ast.Starred) \
+            and _module_saves_result(made.args[-1], tree, depth)
+    classes = [c for c in src.nodes_of(tree, (ast.ClassDef,)) if c.name == kind]
+    forward = next((n for n in classes[0].body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None) \
+        if len(classes) == 1 else None
+    returned = [n.value for n in src.own_nodes(forward) if isinstance(n, ast.Return)] if forward is not None else []
+    return bool(returned) and all(r is not None and _saving_result(r, forward, depth + 1) is not None for r in returned)
 
 
 def _changed_in_place(scope, made: ast.Assign, name: str) -> ast.stmt | None:
@@ -153,6 +161,27 @@ INVALID: list[Invalid] = [
                 out = self.head(x)
                 out.add_(residual)
     """)),
+    Invalid("a block of this file whose forward ends in a ReLU, its output given a time embedding in place "
+            "(cdc's ResnetBlock)", """
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.block = nn.Sequential(nn.Conv2d(dim, dim, 3, padding=1), nn.ReLU())
+
+            def forward(self, x):
+                return self.block(x)
+
+        class ResnetBlock(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.block1 = Block(dim)
+                self.mlp = nn.Linear(8, dim)
+
+            def forward(self, x, time_emb):
+                h = self.block1(x)
+                h += self.mlp(time_emb)[:, :, None, None]
+                return h + x
+    """),
 ]
 VALID: list[Valid] = [
     Valid("torchvision's BasicBlock: the residual added to the batch norm's output, which saved its input",
