@@ -67,6 +67,36 @@ def test_a_method_left_without_a_body_does_not_run(tmp_path):
     assert not runs(Fix("delete", (Edit(filename, "", Location(5, 1), Location(6, 1)),)))
 
 
+NESTED = textwrap.dedent("""\
+    import torch
+
+    scale = 2.0
+
+    def train(model, data):
+        total = 0.0
+
+        def step(x):
+            return model(x).sum() * scale + total
+
+        for x in data:
+            step(x).backward()
+    """)
+
+
+@pytest.mark.parametrize("row, text, ok", [
+    (6, "", False),  # `total` goes from `train`, and `step`, defined in it, reads it
+    (6, "    total = 0.0\n    unused = 1\n", True),
+    (3, "", False),  # a module-level `scale` goes, which a function reads
+    (12, "        step(x.detach()).backward()\n", True),
+])
+def test_only_the_reads_an_edit_can_change_are_looked_at_and_all_of_them_are(row, text, ok, tmp_path):
+    """An edit inside a function can only change the reads of that function and of those it
+    defines, so only those are compared (a long file's other methods are not walked again for
+    every fix); an edit of the module's own statements can change any function's."""
+    filename = _file(tmp_path, NESTED)
+    assert runs(_replace_line(filename, row, text)) is ok
+
+
 def test_a_fix_for_a_file_that_cannot_be_read_does_not_run(tmp_path):
     assert not runs(_insert(str(tmp_path / "gone.py"), 1, "x = 1\n"))
 

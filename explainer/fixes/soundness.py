@@ -32,18 +32,41 @@ def runs(fix: Fix) -> bool:
         except (SyntaxError, ValueError):
             return False
         try:
-            if unbound_reads(after.tree) - src.cached(source.tree, "unbound_reads", lambda: unbound_reads(source.tree)):
+            within = _functions_edited(source.tree, edits)
+            if within is not None and not within <= {_path(f) for f in src.nodes_of(after.tree, _FUNCTIONS[:2])}:
+                within = None  # an edited function is gone: every read is looked at
+            if within is None:
+                before = src.cached(source.tree, "unbound_reads", lambda: unbound_reads(source.tree))
+            else:
+                before = unbound_reads(source.tree, within)
+            if unbound_reads(after.tree, within) - before:
                 return False
         finally:
             src.dispose(after.tree)
     return True
 
 
-def unbound_reads(tree: ast.Module) -> set[tuple[str, str]]:
+def _functions_edited(tree: ast.Module, edits) -> frozenset[str] | None:
+    """The paths (`_path`) of the innermost functions that hold every edit, whose reads are all
+    an edit inside a function can change (its own, and those of the functions it defines); None
+    where an edit reaches the module's own statements, which every function may read."""
+    functions = src.nodes_of(tree, _FUNCTIONS[:2])
+    paths = set()
+    for edit in edits:
+        first, last = edit.location.row, max(edit.location.row, edit.end_location.row - (edit.end_location.column == 1))
+        around = [f for f in functions if f.body and f.body[0].lineno <= first and last <= f.end_lineno]
+        if not around:
+            return None
+        paths.add(_path(max(around, key=lambda f: f.lineno)))
+    return frozenset(paths)
+
+
+def unbound_reads(tree: ast.Module, within: frozenset[str] | None = None) -> set[tuple[str, str]]:
     """(scope, name) for each name read where no binding can reach it: not bound earlier in its
     own function (or module body), not a parameter, not bound in an enclosing function or at
     module level, not a builtin. Loose where Python is dynamic (`global`, star imports, `del`):
-    it only has to tell a fix's new reads from the file's own."""
+    it only has to tell a fix's new reads from the file's own. With `within`, only in the
+    functions of those paths and the functions they define."""
     known: dict[int, dict[str, list[int]]] = {}
 
     def bindings(scope: ast.AST) -> dict[str, list[int]]:
@@ -55,7 +78,13 @@ def unbound_reads(tree: ast.Module) -> set[tuple[str, str]]:
     if "*" in module:
         return set()
     found: set[tuple[str, str]] = set()
-    for scope, enclosing, path in _scopes(tree):
+    if within is None:
+        scopes = _scopes(tree)
+    else:
+        starts = [f for f in src.nodes_of(tree, _FUNCTIONS[:2]) if _path(f) in within]
+        scopes = (s for f in starts for s in _scopes(f, [a for a in src.ancestors(f) if isinstance(a, _FUNCTIONS)][::-1],
+                                                       _path(f)))
+    for scope, enclosing, path in scopes:
         own = bindings(scope)
         visible = set(module).union(*(bindings(outer) for outer in enclosing))
         for node in _own_walk(scope):
@@ -69,17 +98,29 @@ def unbound_reads(tree: ast.Module) -> set[tuple[str, str]]:
     return found
 
 
-def _scopes(tree: ast.Module) -> Iterator[tuple[ast.AST, list[ast.AST], str]]:
-    """The module and every function in it, with the functions around each and a path naming it."""
-    stack = [(tree, [], "")]
+def _scopes(top: ast.AST, around: list[ast.AST] | None = None, path: str = "") \
+        -> Iterator[tuple[ast.AST, list[ast.AST], str]]:
+    """`top` (the module, or a function with the functions `around` it) and every function in it,
+    with the functions around each and a path naming it (`_path`)."""
+    stack = [(top, list(around or []), path)]
     while stack:
         scope, enclosing, path = stack.pop()
         yield scope, enclosing, path
         for node in _own_walk(scope):
             if isinstance(node, _FUNCTIONS) and node is not scope:
-                name = getattr(node, "name", "<lambda>")
-                outer = enclosing + ([scope] if scope is not tree else [])
-                stack.append((node, outer, f"{path}.{name}@{node.lineno}"))
+                outer = enclosing + ([scope] if not isinstance(scope, ast.Module) else [])
+                stack.append((node, outer, f"{path}.{_name(node)}"))
+
+
+def _path(function: ast.AST) -> str:
+    """`.train.step` for `step` defined in `train`: the names of the functions around it and its
+    own, without rows, so that a function keeps its path when an edit above it moves it."""
+    names = [_name(a) for a in src.ancestors(function) if isinstance(a, _FUNCTIONS)][::-1]
+    return "".join(f".{name}" for name in [*names, _name(function)])
+
+
+def _name(function: ast.AST) -> str:
+    return getattr(function, "name", "<lambda>")
 
 
 def _own_walk(scope: ast.AST) -> Iterator[ast.AST]:
