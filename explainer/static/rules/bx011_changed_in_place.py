@@ -27,9 +27,10 @@ CODE = CAUSE.code
 _SAVE_RESULT = {"relu", "sigmoid", "tanh", "exp", "sqrt", "rsqrt", "softmax", "log_softmax"}
 # The module classes that run one of them.
 _SAVE_RESULT_MODULES = {"ReLU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax"}
+# Receivers whose `exp`, `sqrt` or `tanh` are not torch's.
 _NOT_TORCH = ("np", "numpy", "math", "jnp", "jax", "scipy", "cmath")
 # Tensor methods ending in `_` that do not write into the tensor's values.
-_NOT_WRITES = {"requires_grad_", "retain_grad_", "share_memory_", "record_stream_", "detach_"}
+_NOT_WRITES = {"requires_grad_", "share_memory_", "record_stream_", "detach_"}
 
 
 def check(module: CheckedModule) -> Iterator[Finding]:
