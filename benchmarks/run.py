@@ -369,14 +369,7 @@ def run_block(step, steps: int, variant: str) -> float:
 def startup_ms(step, per_step: float) -> float:
     """What the first WARM_STEPS steps after `install()` cost above as many plain steps, in ms:
     paid once a process."""
-    with _hooks_installed():
-        synchronize()
-        started = perf_counter()
-        for _ in range(WARM_STEPS):
-            step()
-        synchronize()
-        elapsed = perf_counter() - started
-    return (elapsed - WARM_STEPS * per_step) * 1e3
+    return (timed_block(step, WARM_STEPS, _hooks_installed()) - per_step) * WARM_STEPS * 1e3
 
 
 def bench_overhead(loops: dict, rounds: int, block_s: float, seed: int = 0, target: bool = True) -> dict:

@@ -26,7 +26,7 @@ def reset_method(class_node: ast.ClassDef, attribute: str) -> tuple[ast.Function
 def same_as_initial(class_node: ast.ClassDef, attribute: str, reset: ast.stmt) -> bool:
     """Whether the reset gives the state the value `__init__` gave it (`self.v = v_reset` with
     `self.v_reset = v_reset`, or the same expression): the first pass then runs as before."""
-    init = next((m for m in class_node.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+    init = src.method_of(class_node, "__init__")
     if init is None:
         return False
     expression = f"self.{attribute}"

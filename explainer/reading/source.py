@@ -567,14 +567,18 @@ def call_named(node: ast.AST | None, name: str) -> ast.Call | None:
 
 def calls_named(node: ast.AST, *names: str) -> list[ast.Call]:
     """Calls whose function's last name part is one of `names` (`x.detach()`, `torch.no_grad()`)."""
-    found = []
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Call):
-            func = sub.func
-            last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if last in names:
-                found.append(sub)
-    return found
+    return [sub for sub in ast.walk(node) if isinstance(sub, ast.Call) and called_name(sub) in names]
+
+
+def called_name(call: ast.Call) -> str:
+    """The name a call calls by, its function's last name part: `f` in `f(x)` and in
+    `self.helper.f(x)`; empty where the function is no name (`fs[0](x)`)."""
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+
+
+def method_of(cls: ast.ClassDef, name: str) -> ast.FunctionDef | None:
+    """The method `name` the class defines in its own body (`__init__`, `forward`)."""
+    return next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == name), None)
 
 
 def iterated_by(target: ast.expr, iterable: ast.expr, name: str) -> ast.Name | None:

@@ -143,7 +143,7 @@ def loops(scope: ast.AST) -> tuple[ast.stmt, ...]:
 
 def defines_forward(cls: ast.ClassDef) -> ast.FunctionDef | None:
     """The class's own `forward`: the source's sign of an nn.Module."""
-    return next((m for m in cls.body if isinstance(m, ast.FunctionDef) and m.name == "forward"), None)
+    return src.method_of(cls, "forward")
 
 
 def running_total(stmt: ast.AST) -> ast.expr | None:
@@ -175,24 +175,18 @@ def switches_grad_off(stmt: ast.stmt) -> ast.Call | None:
     """The call of `torch.set_grad_enabled(False)` written as a statement, not a `with` block:
     autograd stays off after it, in every function that runs later, until something turns it
     back on."""
-    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
-        return None
-    call = stmt.value
-    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-    return call if name in ("set_grad_enabled", "_set_grad_enabled") and _mode_is(call, False) else None
+    return _grad_switch(stmt, False)
 
 
 def switches_grad_on(stmt: ast.stmt) -> bool:
     """`torch.set_grad_enabled(True)` written as a statement: autograd is on after it."""
-    if not isinstance(stmt, ast.Expr) or not isinstance(stmt.value, ast.Call):
-        return False
-    name = src.canonical(stmt.value.func).split(".")[-1]
-    return name in ("set_grad_enabled", "_set_grad_enabled") and _mode_is(stmt.value, True)
+    return _grad_switch(stmt, True) is not None
 
 
-def called_name(call: ast.Call) -> str:
-    """The name a call calls by: `f` in `f(x)` and in `self.helper.f(x)`."""
-    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+def _grad_switch(stmt: ast.stmt, mode: bool) -> ast.Call | None:
+    call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    return call if call is not None and src.called_name(call) in ("set_grad_enabled", "_set_grad_enabled") \
+        and _mode_is(call, mode) else None
 
 
 def leaving_grad_off(tree: ast.Module) -> dict[str, tuple[ast.stmt, ast.Call]]:
@@ -232,8 +226,8 @@ def last_grad_switch(scope: ast.AST, leaving: dict, before: int) -> tuple[ast.st
         elif switches_grad_on(stmt):
             found = (stmt, None)
         else:
-            ran = next((leaving[called_name(c)] for c in ast.walk(stmt) if isinstance(c, ast.Call)
-                        and called_name(c) in leaving and not isinstance(stmt, _COMPOUND)), None)
+            ran = next((leaving[src.called_name(c)] for c in ast.walk(stmt) if isinstance(c, ast.Call)
+                        and src.called_name(c) in leaving and not isinstance(stmt, _COMPOUND)), None)
             if ran is not None:
                 found = (stmt, ran)
     return found

@@ -128,10 +128,10 @@ def recent_zeroings() -> tuple[ZeroingCall, ...]:
 
 
 def zeroings_recorded(owner) -> bool:
-    """Whether `owner`'s `zero_grad()` calls are recorded: its class has not replaced the one
-    `install` wraps (`torch.optim.Optimizer`'s or `torch.nn.Module`'s)."""
+    """Whether `owner`'s `zero_grad()` calls are recorded: the hooks are installed and its class
+    has not replaced the one `install` wraps (`torch.optim.Optimizer`'s or `torch.nn.Module`'s)."""
     method = getattr(type(owner), "zero_grad", None)
-    return any(method is wrapper for wrapper in _zeroing_wrappers)
+    return installed() and (method is torch.optim.Optimizer.zero_grad or method is torch.nn.Module.zero_grad)
 
 
 # The hooked callables, by name: (owner, attribute, kind recorded, name of the roots parameter).
@@ -338,11 +338,7 @@ def _recording_zeroings(original):
             _zeroings.append((next(_ticks), weakref.ref(self)))
         return original(self, *args, **kwargs)
 
-    _zeroing_wrappers.append(zero_grad)
     return zero_grad
-
-
-_zeroing_wrappers: list = []
 
 
 def installed() -> bool:
@@ -406,7 +402,6 @@ def uninstall() -> None:
     _steps.clear()
     _loads.clear()
     _zeroings.clear()
-    _zeroing_wrappers.clear()
     _growth_checks.clear()
     _kept_checks[0] = KEPT_CHECKS
     _step_depth.clear()

@@ -656,8 +656,7 @@ def _inference_flag(ctx: Context, frame, scope: ast.AST, context: ast.expr, call
             or not isinstance(choice.test, ast.Attribute) or src.canonical(choice.test.value) != "self":
         return None
     owner = src.enclosing_class(helper)
-    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None) \
-        if owner is not None else None
+    init = src.method_of(owner, "__init__") if owner is not None else None
     attribute = src.canonical(choice.test)
     set_from = [a.value for a in src.assignments(init, attribute)] if init is not None else []
     parameters = {a.arg for a in init.args.args[1:] + init.args.kwonlyargs} if init is not None else set()

@@ -103,7 +103,7 @@ def _class_of(receiver, at) -> ast.ClassDef | None:
 
 def _made_empty(owner: ast.ClassDef, attribute: str) -> bool:
     """`self.<attribute> = []` in the class's `__init__`: a list the object keeps."""
-    init = next((m for m in owner.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+    init = src.method_of(owner, "__init__")
     return init is not None and any(
         isinstance(a.value, ast.List) and not a.value.elts for a in src.assignments(init, f"self.{attribute}"))
 

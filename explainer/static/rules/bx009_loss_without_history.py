@@ -11,7 +11,6 @@ from ...reading import source as src
 from ...reading.dataflow import Ancestor, ancestors
 from ...reading.training import (
     backward_calls,
-    called_name,
     called_without_graph,
     cuts_history,
     forward_cuts,
@@ -131,7 +130,7 @@ def _made_from(value: ast.AST, scope, line: int) -> list[Ancestor]:
 
 def _runs_again(tree: ast.Module, name: str) -> bool:
     """Whether the function `name` is called from more than one place, or from inside a loop."""
-    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and called_name(c) == name]
+    calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and src.called_name(c) == name]
     return len(calls) > 1 or any(src.loops_around(c) for c in calls)
 
 

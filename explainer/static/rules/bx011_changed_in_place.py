@@ -16,7 +16,7 @@ from ...causes.bx011_changed_in_place import CAUSE
 from ...fixes import out_of_place
 from ...model import Finding
 from ...reading import source as src
-from ...reading.training import has_history, runs_backward, scopes, under_no_grad
+from ...reading.training import defines_forward, has_history, runs_backward, scopes, under_no_grad
 from ..cases import Invalid, Valid
 from ..module import CheckedModule
 
@@ -74,8 +74,7 @@ def _saving_result(value: ast.expr, scope, depth: int = 0) -> ast.Call | None:
 def _made_in_init(scope, attribute: str) -> ast.expr | None:
     """What `self.<attribute>` is assigned in the `__init__` of the class `scope` is a method of."""
     owner = src.enclosing_class(scope)
-    init = next((n for n in owner.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) \
-        if owner is not None else None
+    init = src.method_of(owner, "__init__") if owner is not None else None
     if init is None:
         return None
     made = [a.value for a in src.assignments(init, f"self.{attribute}")]
@@ -94,8 +93,7 @@ def _module_saves_result(made: ast.expr, tree, depth: int) -> bool:
         return bool(made.args) and not isinstance(made.args[-1], ast.Starred) \
             and _module_saves_result(made.args[-1], tree, depth)
     classes = [c for c in src.nodes_of(tree, (ast.ClassDef,)) if c.name == kind]
-    forward = next((n for n in classes[0].body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None) \
-        if len(classes) == 1 else None
+    forward = defines_forward(classes[0]) if len(classes) == 1 else None
     returned = [n.value for n in src.own_nodes(forward) if isinstance(n, ast.Return)] if forward is not None else []
     return bool(returned) and all(r is not None and _saving_result(r, forward, depth + 1) is not None for r in returned)
 
