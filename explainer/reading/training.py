@@ -1039,7 +1039,7 @@ def is_leaf_creation(value: ast.AST) -> bool:
     """`torch.randn(..., requires_grad=True)`, `nn.Parameter(...)`, `.requires_grad_()`: a leaf, no graph."""
     if not isinstance(value, ast.Call):
         return False
-    name = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+    name = src.called_name(value)
     if name == "requires_grad_":
         return not (value.args and isinstance(value.args[0], ast.Constant) and value.args[0].value is False)
     return name == "Parameter" or any(
@@ -1204,7 +1204,7 @@ def only_updates(statements) -> bool:
         if isinstance(stmt, ast.AugAssign) or any(not isinstance(t, ast.Name) for t in src.targets_of(stmt)):
             return False
         for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
-            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            name = src.called_name(call)
             if name.endswith("_") and not name.endswith("__") and name not in UPDATE_CALLS:
                 return False
         if not isinstance(stmt, (ast.Assign, ast.Expr)):

@@ -456,7 +456,7 @@ def _called_on(call: ast.Call, frame) -> list:
     `loss` of `loss.backward()`, `d_loss` of `accelerator.backward(d_loss)`, the outputs of
     `torch.autograd.grad(loss, inputs)`."""
     func = call.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    name = src.called_name(call)
     if name == "backward" and isinstance(func, ast.Attribute) \
             and (not call.args or isinstance(_lookup(func.value, frame), torch.Tensor)):
         candidate = func.value  # `fake_validity.backward(fake)`: `fake` is the gradient, not a root

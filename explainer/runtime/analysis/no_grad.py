@@ -909,7 +909,7 @@ def _cut_in(stmt: ast.stmt, where: Scope):
     if value is not None:
         names = _CUTS + _INTEGER + ("float",) if where.runs else ("detach",)
         for call in src.calls_named(value, *names):
-            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+            name = src.called_name(call)
             if name == "float" and isinstance(call.func, ast.Attribute):
                 continue  # `x.float()` keeps the graph; only Python's `float(x)` drops it
             operand = _operand(call)
