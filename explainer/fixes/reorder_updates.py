@@ -25,14 +25,15 @@ def move_lines(source: Source, moved: list[ast.stmt], anchor: ast.stmt, after: b
 
 
 def update_after(source: Source, moved: list[ast.stmt], end: ast.stmt, failing: ast.Call, stepped: ast.expr,
-                 moved_backward: ast.Call, keep_to_own: bool) -> Fix | None:
+                 moved_backward: ast.Call, keep_to_own: bool, retain: bool = True) -> Fix | None:
     """`stepped`'s update (`moved`, its `zero_grad()` to its `step()`) goes after `end`, the step
     of the update the failing backward belongs to, and that backward keeps the graph for it
     (`retain_graph=True`). With `keep_to_own`, the moved backward also reaches weights the other
     update has stepped by then: `inputs=` keeps it to `stepped`'s own parameters. The moved
     backward's `retain_variables=True` (retain_graph's name before PyTorch 0.4, which today's
     backward rejects) goes: it is the last backward now. None where the moved backward already
-    names its inputs."""
+    names its inputs. Without `retain`, the two backward calls go through graphs of their own
+    (deocclusion's discriminator, given the generator's output detached): nothing is kept."""
     text = source.text
     keywords = [graph_options.drop_keyword(source, moved_backward, "retain_variables")] \
         if any(k.arg == "retain_variables" for k in moved_backward.keywords) else []
@@ -45,11 +46,16 @@ def update_after(source: Source, moved: list[ast.stmt], end: ast.stmt, failing: 
             insert = replace(insert, content=own)  # the only argument went: no separator
         keywords.append(insert)
     text = apply_edits(text, [e for e in keywords if e is not None])
-    retain = graph_options.add_retain_graph(source, failing, "")
-    edits = (*move_lines(source, moved, end, after=True, text=text), *(retain.edits if retain is not None else ()))
+    kept = graph_options.add_retain_graph(source, failing, "") if retain else None
+    edits = (*move_lines(source, moved, end, after=True, text=text), *(kept.edits if kept is not None else ()))
     first, final = moved[0].lineno, moved[-1].end_lineno
     following = f"`{source.segment(end)}` (line {end.lineno})"
     other = update_receiver(end, "step")
+    if not retain:
+        return Fix(f"Update `{source.segment(stepped)}` after {f'`{other}`' if other else 'the next update'}: move "
+                   f"its update (lines {first}-{final}) after {following}; the two backward calls go through graphs "
+                   f"of their own, and each then takes its gradients at the weights its graph was built with",
+                   edits, "safe")
     return Fix(f"Update `{source.segment(stepped)}` after {f'`{other}`' if other else 'the next update'}: move its "
                f"update (lines {first}-{final}) after {following}, and keep this backward's graph for it with "
                f"`retain_graph=True`; both backward calls then go through the weights the graph was built with, and "

@@ -3,6 +3,7 @@ shared ancestors of two losses, the optimizer steps in between and the modules t
 from __future__ import annotations
 
 import ast
+import copy
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -76,9 +77,11 @@ def dependencies(node: ast.AST) -> list[ast.expr]:
     return found
 
 
-def ancestors(value: ast.AST, scope: ast.AST, before: int) -> list[Ancestor]:
+def ancestors(value: ast.AST, scope: ast.AST, before: int, totals: bool = True) -> list[Ancestor]:
     """The assignments in `scope` that `value`, read at line `before`, was computed from, nearest
-    first: for each name read, the last assignment above the reading line, then its own reads."""
+    first: for each name read, the last assignment above the reading line, then its own reads.
+    With `totals`, `loss += penalty` reads `loss` too: what it was before (deocclusion's generator
+    loss, its adversarial term added first, then each reconstruction term in a loop)."""
     found: dict[tuple[int, str], Ancestor] = {}
     pending = [(value, before)]
     while pending:
@@ -94,17 +97,28 @@ def ancestors(value: ast.AST, scope: ast.AST, before: int) -> list[Ancestor]:
             assigned = assignment.value
             if assigned is not None:
                 pending.append((assigned, assignment.stmt.lineno))
+            if totals and isinstance(assignment.stmt, ast.AugAssign):
+                pending.append((_read_of(assignment.stmt.target), assignment.stmt.lineno))
     return list(found.values())
+
+
+def _read_of(target: ast.expr) -> ast.expr:
+    """`target`, a store (`loss` of `loss += x`), as the read of it that dependencies follows."""
+    read = copy.copy(target)
+    read.ctx = ast.Load()
+    return read
 
 
 def root_ancestors(backward: Backward, scope: ast.AST) -> list[Ancestor]:
     """`ancestors` of a backward call's root, computed once per call: rules ask for them for
     every pair of calls (a loop of 400 backward calls took 11 s without this and `_reaching`'s
-    bisection)."""
+    bisection). What two calls share is looked for without going back through `+=`: the sums
+    before it bring in whatever their terms read, indices included (hanasu's `ids_slice`, a
+    module's output that only slices the targets), and would be taken for a shared graph."""
     known = src.cached(scope, "_root_ancestors", dict)
     found = known.get(id(backward.call))
     if found is None:
-        found = known[id(backward.call)] = ancestors(backward.root, scope, backward.line)
+        found = known[id(backward.call)] = ancestors(backward.root, scope, backward.line, totals=False)
     return found
 
 

@@ -8,7 +8,16 @@ from ...causes.bx007_step_before_backward import CAUSE
 from ...fixes import graph_options, recompute_forward, reorder_updates
 from ...model import Finding, Fix
 from ...reading import source as src
-from ...reading.dataflow import Ancestor, Step, ancestors, carries_history, modules_called, same_pass, steps
+from ...reading.dataflow import (
+    Ancestor,
+    Step,
+    ancestors,
+    carries_history,
+    modules_called,
+    same_pass,
+    shared_ancestor,
+    steps,
+)
 from ...reading.training import (
     RETAIN_KEYWORDS,
     Backward,
@@ -141,13 +150,22 @@ def _update_after(source, scope, step: Step, backward: Backward, calls) -> Fix |
         return None
     moved, end = found
     moved_calls = [c for c in calls if any(c.statement is stmt for stmt in moved)]
-    if len(moved_calls) != 1 or not moved_calls[0].retains_graph():
+    if len(moved_calls) != 1:
         return None
     # What the moved loss reaches of the weights stepped first (a plain tensor the resampling
     # weights' optimizer trains, not a module) the source does not always show: its backward is
     # kept to its own optimizer's parameters.
-    return reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value, moved_calls[0].call,
-                                        keep_to_own=True)
+    if moved_calls[0].retains_graph():
+        return reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value,
+                                            moved_calls[0].call, keep_to_own=True)
+    # deocclusion's CGAN: the discriminator's loss takes the generator's output detached, so the
+    # two losses share no graph the source shows, and the moved backward needs none kept. What
+    # the source does not show they may still share (the moved backward would then find it freed).
+    if shared_ancestor(moved_calls[0], backward, scope) is not None:
+        return None
+    fix = reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value, moved_calls[0].call,
+                                       keep_to_own=True, retain=False)
+    return fix.unproven() if fix is not None else None
 
 
 def _keep_to_own(source, scope, step: Step, backward: Backward) -> Fix | None:
@@ -307,6 +325,23 @@ SOFT_UPDATE = ("            with torch.no_grad():\n"
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("the generator's loss started at 0 and given the adversarial term with `+=` before the "
+            "discriminator's step (deocclusion's CGAN)", """
+        G, D = nn.Linear(4, 4), nn.Linear(4, 1)
+        opt_g, opt_d = optim.Adam(G.parameters()), optim.Adam(D.parameters())
+        for z, real in batches:
+            fake = G(z)
+            d_loss = D(real).mean() - D(fake.detach()).mean()
+            g_loss = 0
+            g_loss += -D(fake).mean()
+            g_loss += fake.pow(2).mean()
+            opt_d.zero_grad()
+            d_loss.backward()
+            opt_d.step()
+            opt_g.zero_grad()
+            g_loss.backward()
+            opt_g.step()
+    """),
     Invalid("optimizers held by the networks: the actor's loss reuses the critic's output after its step",
             OWN_OPTIMIZERS.format(actor_loss="                actor_loss = -q.mean()\n")),
     Invalid("DDPG from a factory parameter: the actor's loss made before the critic's step",

@@ -80,7 +80,7 @@ def _switched_off(module: CheckedModule, scope, backward) -> Finding | None:
     leaving = leaving_grad_off(module.tree)
     if not leaving and not any(switches_grad_off(n) for n in src.own_nodes(scope) if isinstance(n, ast.stmt)):
         return None
-    forward = next((a for a in _made_from(backward.root, scope, backward.line) if a.value is not None and any(
+    forward = next((a for a in ancestors(backward.root, scope, backward.line) if a.value is not None and any(
         isinstance(c, ast.Call) and local_forward(c.func, scope, a.line, globals_too=True) is not None
         for c in ast.walk(a.value))), None)
     if forward is None or any(turns_grad_on(item.context_expr) for block in with_blocks(forward.stmt)
@@ -109,23 +109,6 @@ def _switched_off(module: CheckedModule, scope, backward) -> Finding | None:
                           made_at=forward.stmt, backward=backward.call, loss=source.segment(backward.root),
                           module=source.segment(module_call.func), switch=source.segment(switch),
                           switch_row=switch.lineno, switch_function=getattr(function, "name", ""))
-
-
-def _made_from(value: ast.AST, scope, line: int) -> list[Ancestor]:
-    """`ancestors`, and through `loss += penalty` also what `loss` was before (tbd-nets' L1
-    penalty added to the cross-entropy of the model's output)."""
-    found, pending, seen = [], [(value, line)], set()
-    while pending:
-        node, at = pending.pop(0)
-        for ancestor in ancestors(node, scope, at):
-            if id(ancestor.stmt) in seen:
-                continue
-            seen.add(id(ancestor.stmt))
-            found.append(ancestor)
-            target = ancestor.stmt.target if isinstance(ancestor.stmt, ast.AugAssign) else None
-            if isinstance(target, ast.Name):
-                pending.append((ast.Name(target.id, ast.Load()), ancestor.stmt.lineno))
-    return found
 
 
 def _runs_again(tree: ast.Module, name: str) -> bool:
