@@ -30,6 +30,10 @@ for x, y in batches:
         "total": Message(
             "`{carrier}` adds up `{term}` with its autograd history: every iteration's graph stays alive"
             "{on_backward}"),
+        "total-freed": Message(
+            "`{carrier}` still holds the terms that `{freed_by.code}` (line {freed_by.row}) back-propagated and "
+            "freed: adding `{term}` to it keeps their graphs, and back-propagating `{carrier}` again goes through "
+            "them: 'backward through the graph a second time'"),
         "tracker": Message(
             "`{method}` adds `{term}` with its autograd history into `{carrier}`: every iteration's graph "
             "stays alive"),

@@ -16,6 +16,7 @@ from ...reading.training import (
     has_history,
     instance_class,
     is_backward_call,
+    last_reset,
     live_reads,
     reset_before,
     running_total,
@@ -36,7 +37,10 @@ def check(module: CheckedModule) -> Iterator[Finding]:
                 continue
             total = src.canonical(src.targets_of(stmt)[0])
             if reset_before(training.loop, stmt, total):
-                continue  # `loss = actor_loss`, then `loss += critic_loss`: a sum within one pass
+                # `loss = actor_loss`, then `loss += critic_loss`: a sum within one pass, unless
+                # a backward of the total in between freed what it holds.
+                yield from _added_after_its_backward(module, training, stmt, total, term)
+                continue
             if not has_history(term, training.scope, stmt.lineno, ignore=total):
                 continue
             if not _strong_evidence(term, training, stmt.lineno, total):
@@ -57,6 +61,21 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             yield module.finding(CODE, "total", target, fix, carrier=module.source.segment(target), made_at=stmt,
                                  term=module.source.segment(term), backpropagated=receiver is not None)
         yield from _kept_by_trackers(module, training)
+
+
+def _added_after_its_backward(module, training, stmt, total: str, term) -> Iterator[Finding]:
+    """SAM's two forward-backward passes: `loss = 0` at the top of the pass, the first pass's
+    terms added up and `loss.backward()`, then the second pass's terms added to the same `loss`
+    and back-propagated again, through the graphs the first backward freed."""
+    reset = last_reset(training.loop, stmt, total)
+    calls = [b for b in backward_calls(training.loop) if src.canonical(b.root) == total]
+    freeing = next((b for b in reversed(calls) if reset.lineno < b.line < stmt.lineno and b.frees_graph()), None)
+    if freeing is None or not any(b.line > stmt.end_lineno for b in calls):
+        return
+    target = src.targets_of(stmt)[0]
+    fix = accumulate_item.reset_after_backward(module.source, total, reset, freeing.statement)
+    yield module.finding(CODE, "total-freed", target, fix, carrier=module.source.segment(target), made_at=stmt,
+                         freed_by=freeing.call, term=module.source.segment(term))
 
 
 # Methods only a tensor has, not the number `.item()` would leave.
@@ -190,6 +209,23 @@ TOTAL_OF_AN_ATTRIBUTE = """
                 total.backward()
 """
 
+# Sharpness-aware minimisation, two forward-backward passes of one step (the SAM case of the
+# real-world corpus, samples/real/sam_tasks_loss_not_reset.py).
+SAM_TWO_PASSES = """
+        for x, y in batches:
+            loss = 0
+            for head in heads:
+                loss_t = loss_fn(head(model(x)), y)
+                loss += loss_t
+            loss.backward()
+            optimizer.first_step()
+            for head in heads:
+                loss_t = loss_fn(head(model(x)), y)
+                loss += loss_t
+            loss.backward()
+            optimizer.second_step()
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 # A tracker that adds up what it is given (LIC-HPCM's issue #4: `loss = AverageMeter()` made once
@@ -271,8 +307,12 @@ INVALID: list[Invalid] = [
                     optimizer.step()
                     running_loss += loss
     """),
+    Invalid("SAM's second pass adding its losses onto the total the first backward freed", SAM_TWO_PASSES),
 ]
 VALID: list[Valid] = [
+    Valid("SAM's second pass starting its total again",
+          SAM_TWO_PASSES.replace("            optimizer.first_step()\n",
+                                 "            optimizer.first_step()\n            loss = 0\n")),
     Valid("a tracker given the loss as a number (LIC-HPCM, fixed)",
           AVERAGE_METER.replace('loss.update(out_criterion["loss"])', 'loss.update(out_criterion["loss"].item())')),
     Valid("a tracker that takes the number out of a tensor itself (pytracking's AverageMeter after PR #313)",
