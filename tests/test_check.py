@@ -99,7 +99,7 @@ def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases(
         "real/labelmodels_running_loss_graph", "real/medipixel_ppo_total_loss_twice",
         "real/microbial_hrnet_basic_block_inplace_residual",
         "real/ml2021_hw7_train_loss_graph", "real/morvanzhou_gan_d_step_before_g_backward",
-        "real/morvanzhou_rnn_regressor_h_state_not_repacked",
+        "real/morvanzhou_rnn_regressor_h_state_not_repacked", "real/neural_clbf_descent_violation_relu_inplace_mul",
         "real/nnr_gcn_layer_residual_inplace_add", "real/openasr_iter_one_epoch_tot_loss_graph",
         "real/pyod_deepsvdd_weight_penalty_built_once", "real/pytorch_gan_wgan_fake_imgs",
         "real/ray_finetune_llm_loss_sum_graph", "real/resample_retain_step", "real/sam_tasks_loss_not_reset",

@@ -14,6 +14,7 @@ from .training import (
     comprehension_variables,
     cuts_history,
     has_history,
+    instance_class,
     is_leaf_like,
     is_module,
     under_no_grad,
@@ -359,10 +360,40 @@ def spelled_in_full(func: ast.AST, tree: ast.AST) -> str:
 
 def _updated_modules(optimizer: ast.AST, scope: ast.AST, before: int) -> frozenset[str] | None:
     made = _constructor(optimizer, scope, before)
-    if made is None or not made.args:
+    if made is None:
+        found = _made_by_its_class(optimizer)
+        if found is None:
+            return None
+        made, init, receiver = found
+        inside = _updated_modules_of(made, init, made.lineno)
+        return frozenset(receiver + m[len("self"):] if m.startswith("self.") else m for m in inside) \
+            if inside else None
+    return _updated_modules_of(made, scope, before)
+
+
+def _made_by_its_class(optimizer: ast.AST) -> tuple[ast.Call, ast.AST, str] | None:
+    """RN's `model.dis_optimizer`, where `model = InpaintingModel(...)` and its `__init__` makes
+    `self.dis_optimizer = optim.Adam(params=self.discriminator.parameters())`: that call, the
+    method it is made in, and the receiver (`model`) its `self.` stands for."""
+    if not (isinstance(optimizer, ast.Attribute) and isinstance(optimizer.value, ast.Name)
+            and optimizer.value.id != "self"):
+        return None
+    owner = instance_class(optimizer.value, optimizer)
+    made = src.assignments(owner, f"self.{optimizer.attr}", deep=True) if owner is not None else []
+    if len(made) != 1 or not isinstance(made[0].value, ast.Call):
+        return None
+    method = src.enclosing_function(made[0].stmt)
+    return (made[0].value, method, optimizer.value.id) if method is not None else None
+
+
+def _updated_modules_of(made: ast.Call, scope: ast.AST, before: int) -> frozenset[str] | None:
+    """The modules whose parameters the optimizer `made` is given (`Adam(net.parameters())`, or
+    `params=` by keyword)."""
+    given = made.args[0] if made.args else next((k.value for k in made.keywords if k.arg == "params"), None)
+    if given is None:
         return None
     modules: set[str] = set()
-    pending = [made.args[0]]
+    pending = [given]
     for _ in range(16):
         if not pending:
             break

@@ -498,6 +498,10 @@ def _has_history(node: ast.AST, scope: ast.AST, before: int, strict: bool, ignor
             if func.attr in SHAPED_LIKE:  # `scale.to(float_attr)`: the argument gives a dtype, not history
                 return recurse(receiver)
             return recurse(receiver) or any(recurse(a) for a in arguments)
+        if isinstance(func, ast.Name) and func.id == "self" and _in_module_class(node):
+            return True  # `obs_result = self(batch)` in a policy module's `learn` (tianshou's SAC)
+        if isinstance(func, ast.Name) and _iterates_a_module(func, node, scope, before):
+            return True  # `for layer in self.V_nn: V = layer(V)` (neural_clbf's CLBF network)
         if isinstance(func, ast.Name) and func.id in _SCALAR_BUILTINS:
             return False  # `float(loss)`, `len(batch)`: a Python value, whatever it was made from
         if isinstance(func, ast.Name) and (func.id in ("tuple", "list", "sum", "max", "min", "abs", "zip", "round")
@@ -596,6 +600,20 @@ def _submodule_of_class(attribute: ast.Attribute) -> bool:
                for assignment in src.assignments(owner, src.canonical(attribute), deep=True))
 
 
+def _iterates_a_module(name: ast.Name, call: ast.Call, scope: ast.AST, before: int) -> bool:
+    """`name` is the variable of a `for` around `call` over a module's layers: an
+    `nn.Sequential` or `nn.ModuleList` (each element is a module), as a name or as a submodule
+    the class sets."""
+    for loop in src.loops_around(call, stop=scope):
+        if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == name.id:
+            iterated = loop.iter
+            if isinstance(iterated, ast.Attribute) and isinstance(iterated.value, ast.Name) \
+                    and iterated.value.id == "self":
+                return _submodule_of_class(iterated)
+            return is_module(iterated, scope, before)
+    return False
+
+
 def _object_made_elsewhere(func: ast.Attribute, scope: ast.AST, before: int, ignore: str) -> bool:
     """`self.network.q`: a method (not a move like `.to()`) of an attribute that this scope did
     not set, so the source here cannot say what it is."""
@@ -667,7 +685,9 @@ def _class_made(name: ast.AST, scope: ast.AST, before: int, *, globals_too: bool
     module = src.module_of(scope)
     last = src.last_assignment(scope, name.id, before)
     if last is None and globals_too and scope is not module:
-        last = src.last_assignment(module, name.id, before)
+        # A function reads the global when it runs, usually after the module has made it
+        # (RN's `train(epoch)` reads `model`, made below the def and before the call).
+        last = src.last_assignment(module, name.id, module.body[-1].end_lineno + 1)
     return _class_constructed(last.value if last is not None else None, module, workspace)
 
 
@@ -926,6 +946,11 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         return value is not None and is_module(value, scope, last.stmt.lineno, depth + 1)
     if isinstance(node, (ast.Name, ast.Attribute)) and src.canonical(node) in _parameters_taken(scope):
         return True  # `main.q` where `Adam(main.q.parameters())`: only a module has parameters()
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        # rlkit's `self.qf1`, given to the trainer's `__init__`, which makes its optimizer from
+        # `self.qf1.parameters()`
+        owner = src.enclosing_class(scope)
+        return owner is not None and src.canonical(node) in _parameters_taken_in_class(owner)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id != "self":
         # `agent.net`, where `agent = Agent()` and Agent's methods set `self.net = nn.GRU(...)`
         owner = _instance_of(node.value, node)
@@ -942,6 +967,13 @@ def _parameters_taken(scope: ast.AST) -> frozenset[str]:
         src.canonical(n.func.value) for n in src.own_nodes(scope)
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
         and n.func.attr in ("parameters", "named_parameters") and not n.args))
+
+
+def _parameters_taken_in_class(owner: ast.ClassDef) -> frozenset[str]:
+    """`_parameters_taken` of every method of the class (`self.qf1` of `Adam(self.qf1.parameters())`
+    in `__init__`)."""
+    return src.cached(owner, "_parameters_taken_in_class", lambda: frozenset().union(
+        *(_parameters_taken(m) for m in owner.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)))))
 
 
 # Module classes without parameters (`nn.MSELoss()`, `nn.ReLU()`): calling one adds history

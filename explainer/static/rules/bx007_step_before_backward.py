@@ -23,6 +23,7 @@ from ...reading.training import (
     Backward,
     backward_calls,
     has_history,
+    local_forward,
     next_in_its_loop,
     scopes,
     step_after,
@@ -41,15 +42,22 @@ def check(module: CheckedModule) -> Iterator[Finding]:
         stepped = steps(scope)
         flagged: set[int] = set()
         for backward in calls:
+            found = []
             for step in stepped:
                 if not same_pass(step.call, backward.call) or _kept_to_others(backward, step, stepped, scope):
                     continue
                 stale = _built_before(backward, step, scope)
                 if stale is None or id(stale.stmt) in flagged or _freed_earlier(stale, backward, calls, scope):
                     continue
-                flagged.add(id(stale.stmt))
-                yield _diagnostic(module, scope, stale, step, backward, calls)
-                break
+                found.append((step, stale))
+            if not found:
+                continue
+            # rlkit's SAC: qf1 and qf2 both step before the policy's backward, which goes through
+            # both. The last of them is told (torch names its weights first), and no update moved
+            # alone after the backward would leave its graph as it was built.
+            step, stale = found[-1] if len({id(s.stmt) for _, s in found}) == 1 else found[0]
+            flagged.add(id(stale.stmt))
+            yield _diagnostic(module, scope, stale, step, backward, calls, alone=len(found) == 1)
 
 
 def _kept_to_others(backward: Backward, step: Step, stepped, scope) -> bool:
@@ -84,9 +92,23 @@ def _built_before(backward: Backward, step: Step, scope) -> Ancestor | None:
         producers = modules_called(ancestor.value, scope, ancestor.line)
         if not producers or not carries_history(ancestor, scope):
             continue
-        if step.modules is None or producers & step.modules:
+        if step.modules is None or producers & step.modules or _runs_a_stepped_part(producers, step.modules, scope,
+                                                                                      ancestor.line):
             found.append(ancestor)
     return max(found, key=lambda a: (a.line, a.stmt.col_offset)) if found else None
+
+
+def _runs_a_stepped_part(producers: set[str], stepped: frozenset[str], scope, line: int) -> bool:
+    """firedup's DDPG: `_, q, q_pi = main(obs1, acts)`, `q_optimizer` made from `main.q.parameters()`:
+    the module called is a class of this file whose forward calls the stepped part (`self.q(...)`)."""
+    for producer in producers:
+        parts = {m[len(producer) + 1:].split(".")[0] for m in stepped if m.startswith(producer + ".")}
+        forward = local_forward(ast.Name(producer, ast.Load()), scope, line, globals_too=True) \
+            if parts and producer.isidentifier() else None
+        if forward is not None and any(src.canonical(c.func) in {f"self.{p}" for p in parts}
+                                       for c in src.own_nodes(forward) if isinstance(c, ast.Call)):
+            return True
+    return False
 
 
 def _freed_earlier(stale: Ancestor, backward: Backward, calls: list[Backward], scope) -> bool:
@@ -99,13 +121,14 @@ def _freed_earlier(stale: Ancestor, backward: Backward, calls: list[Backward], s
                for earlier in calls)
 
 
-def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, calls) -> Finding:
+def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, calls, alone: bool) -> Finding:
     source = module.source
     name = source.segment(stale.target)
     step_code = source.segment(step.call)
-    after = _update_after(source, scope, step, backward, calls) or _keep_to_own(source, scope, step, backward)
+    after = (_update_after(source, scope, step, backward, calls) or _keep_to_own(source, scope, step, backward)) \
+        if alone else None
     if after is not None:
-        return module.finding(CODE, "stale", stale.target, after, carrier=name, made_at=stale.stmt,
+        return module.finding(CODE, "stale", _where_stepped(stale, step), after, carrier=name, made_at=stale.stmt,
                               backward=backward.call, steps=(step.call,))
     # What it was made from in the same block, with history, is made again with it: the first
     # backward went through those graphs too (`fake = generator(z)` under `discriminator(fake)`).
@@ -120,25 +143,50 @@ def _diagnostic(module, scope, stale: Ancestor, step: Step, backward: Backward, 
         # some weights stepped and some not: whether that is what the code means, or both
         # updates should take their gradients before either steps, the source does not say.
         fix = fix.unproven()
-    elif fix is not None and retaining:
+    elif fix is not None and retaining and not any(shared_ancestor(retaining[-1], later, scope) is not None
+                                                   for later in calls if later.line > backward.line):
+        # Kept for this backward alone: recomputed, its graph is no longer needed. One a later
+        # backward shares (tianshou's actor loss, on the same actor's forward) stays kept.
         keyword = next((k.arg for k in retaining[-1].call.keywords if k.arg in RETAIN_KEYWORDS), "retain_graph")
         drop = graph_options.drop_keyword(source, retaining[-1].call, keyword)
         if drop is not None:
             fix = Fix(fix.message + f", without {keyword}=True", fix.edits + (drop,))
+    if fix is not None and not alone:
+        # Several updates stepped the weights first (rlkit's qf1 and qf2): recomputed after the
+        # last, the loss is taken at weights they all changed, where the code built it before
+        # any of them, as if its own update came first (rlkit's fix): the source does not say.
+        fix = fix.unproven()
     if fix is not None and step.call.func.attr != "step":  # a load or a soft update
         # Recomputed after the load, the target network's output is the loaded network's: the
         # values change, which moving the load after the update would not do.
         fix = fix.unproven()
-    return module.finding(CODE, "stale", stale.target, fix, carrier=name, made_at=stale.stmt, backward=backward.call,
+    if fix is None and alone:
+        fix = _update_after(source, scope, step, backward, calls, retained=False)
+    return module.finding(CODE, "stale", _where_stepped(stale, step), fix, carrier=name, made_at=stale.stmt,
+                          backward=backward.call,
                           steps=(step.call,))
 
 
-def _update_after(source, scope, step: Step, backward: Backward, calls) -> Fix | None:
+def _where_stepped(stale: Ancestor, step: Step) -> ast.AST:
+    """Where the diagnostic points: the name made, or, where its statement spans lines, the call
+    of the stepped module in it (rlkit's `self.qf2(obs, new_obs_actions)`, the second argument of
+    a `torch.min(...)` over three lines), the line the runtime names too."""
+    if stale.value is None or step.modules is None or stale.stmt.end_lineno == stale.stmt.lineno:
+        return stale.target
+    return next((c for c in ast.walk(stale.value) if isinstance(c, ast.Call)
+                 and isinstance(c.func, (ast.Name, ast.Attribute)) and src.canonical(c.func) in step.modules),
+                stale.target)
+
+
+def _update_after(source, scope, step: Step, backward: Backward, calls, retained: bool = True) -> Fix | None:
     """MorvanZhou's GAN: `D_loss` and `G_loss` both made before `opt_D.step()`, and
     `D_loss.backward(retain_graph=True)` keeping the graph for `G_loss`: the code means both
     gradients at the weights the forward ran with. D's whole update moves after G's, as the
     runtime's first fix for this shape does (and the maintainer's fix, G first, trains). Where the
-    loss is made after the step, the code means the stepped weights: None, and the recompute."""
+    loss is made after the step, the code means the stepped weights: None, and the recompute.
+    Without `retained`, the moved backward keeps no graph: deocclusion's CGAN, where no recompute
+    can be offered (the generator's loss is a sum built with `+=`), as the runtime then moves the
+    updates too."""
     if step.call.func.attr != "step" or not isinstance(backward.root, (ast.Name, ast.Attribute)):
         return None
     made = src.last_assignment(scope, src.canonical(backward.root), backward.line)
@@ -157,11 +205,11 @@ def _update_after(source, scope, step: Step, backward: Backward, calls) -> Fix |
     # kept to its own optimizer's parameters.
     if moved_calls[0].retains_graph():
         return reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value,
-                                            moved_calls[0].call, keep_to_own=True)
-    # deocclusion's CGAN: the discriminator's loss takes the generator's output detached, so the
-    # two losses share no graph the source shows, and the moved backward needs none kept. What
-    # the source does not show they may still share (the moved backward would then find it freed).
-    if shared_ancestor(moved_calls[0], backward, scope) is not None:
+                                            moved_calls[0].call, keep_to_own=True) if retained else None
+    # deocclusion's discriminator loss takes the generator's output detached, so the two losses
+    # share no graph the source shows, and the moved backward needs none kept. What the source
+    # does not show they may still share (the moved backward would then find it freed).
+    if retained or shared_ancestor(moved_calls[0], backward, scope) is not None:
         return None
     fix = reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value, moved_calls[0].call,
                                        keep_to_own=True, retain=False)
@@ -238,7 +286,7 @@ def _reads_history_it_does_not_make(scope, stale: Ancestor, step: Step, backward
 
 def _made_history(scope):
     """Which statements made a value with history: the fix runs them again with the carrier."""
-    return lambda stmt: has_history(src.value_of(stmt), scope, stmt.lineno)
+    return lambda stmt: has_history(src.value_of(stmt), scope, stmt.lineno, strict=True)
 
 
 # A hard target update between the target network's forward and the backward through it.
@@ -325,6 +373,87 @@ SOFT_UPDATE = ("            with torch.no_grad():\n"
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("a model class holding both networks and their optimizers (params= by keyword), made at module "
+            "level below the training function that reads it (RN's inpainting)", """
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.generator = nn.Linear(4, 4)
+                self.discriminator = nn.Linear(4, 1)
+                self.gen_optimizer = optim.Adam(params=self.generator.parameters())
+                self.dis_optimizer = optim.Adam(params=self.discriminator.parameters())
+
+        def train():
+            for z, real in batches:
+                fake = model.generator(z)
+                d_loss = model.discriminator(real).mean() - model.discriminator(fake.detach()).mean()
+                g_fake = model.discriminator(fake)
+                g_loss = -g_fake.mean()
+                model.dis_optimizer.zero_grad()
+                d_loss.backward()
+                model.dis_optimizer.step()
+                model.gen_optimizer.zero_grad()
+                g_loss.backward()
+                model.gen_optimizer.step()
+
+        model = Model()
+        train()
+    """),
+    Invalid("one actor-critic module whose forward runs the critic stepped by its own optimizer (FiredUp's DDPG)",
+            """
+        class ActorCritic(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.policy = nn.Linear(3, 1)
+                self.q = nn.Linear(4, 1)
+
+            def forward(self, x, a):
+                q = self.q(torch.cat((x, a), dim=1))
+                q_pi = self.q(torch.cat((x, self.policy(x)), dim=1))
+                return q, q_pi
+
+        main = ActorCritic()
+        q_optimizer = optim.Adam(main.q.parameters())
+        pi_optimizer = optim.Adam(main.policy.parameters())
+        for obs, acts, backup in batches:
+            q, q_pi = main(obs, acts)
+            pi_loss = -q_pi.mean()
+            q_loss = (q - backup).pow(2).mean()
+            q_optimizer.zero_grad()
+            q_loss.backward()
+            q_optimizer.step()
+            pi_optimizer.zero_grad()
+            pi_loss.backward()
+            pi_optimizer.step()
+    """),
+    Invalid("two critics given to the trainer and stepped before the policy's backward through both (rlkit's SAC)",
+            """
+        class Trainer:
+            def __init__(self, policy, qf1, qf2):
+                self.policy, self.qf1, self.qf2 = policy, qf1, qf2
+                self.policy_optimizer = optim.Adam(self.policy.parameters())
+                self.qf1_optimizer = optim.Adam(self.qf1.parameters())
+                self.qf2_optimizer = optim.Adam(self.qf2.parameters())
+
+            def train(self, obs, actions, q_target):
+                new_actions = self.policy(obs)
+                q_new_actions = torch.min(
+                    self.qf1(obs, new_actions),
+                    self.qf2(obs, new_actions),
+                )
+                policy_loss = -q_new_actions.mean()
+                qf1_loss = (self.qf1(obs, actions) - q_target).pow(2).mean()
+                qf2_loss = (self.qf2(obs, actions) - q_target).pow(2).mean()
+                self.qf1_optimizer.zero_grad()
+                qf1_loss.backward()
+                self.qf1_optimizer.step()
+                self.qf2_optimizer.zero_grad()
+                qf2_loss.backward()
+                self.qf2_optimizer.step()
+                self.policy_optimizer.zero_grad()
+                policy_loss.backward()
+                self.policy_optimizer.step()
+    """),
     Invalid("the generator's loss started at 0 and given the adversarial term with `+=` before the "
             "discriminator's step (deocclusion's CGAN)", """
         G, D = nn.Linear(4, 4), nn.Linear(4, 1)

@@ -181,6 +181,24 @@ INVALID: list[Invalid] = [
                 h += self.mlp(time_emb)[:, :, None, None]
                 return h + x
     """),
+    Invalid("a ReLU of what a network's layers made one by one, masked in place (neural_clbf's descent "
+            "violation)", """
+        class CLBF(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.V_nn = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+            def V(self, x):
+                V = x
+                for layer in self.V_nn:
+                    V = layer(V)
+                return V
+
+            def forward(self, x, x_next, active):
+                violation = F.relu(self.V(x_next) - self.V(x))
+                violation *= active
+                return violation.mean()
+    """),
 ]
 VALID: list[Valid] = [
     Valid("torchvision's BasicBlock: the residual added to the batch norm's output, which saved its input",
@@ -193,6 +211,15 @@ VALID: list[Valid] = [
                 out = F.relu(self.bn(self.conv(x)))
                 out = out + residual
     """)),
+    Valid("a ReLU of what layers iterated from a plain list of functions made, masked in place", """
+        for x, active in batches:
+            v = x
+            for step in steps:
+                v = step(v)
+            violation = F.relu(v)
+            violation *= active
+            violation.mean().backward()
+    """),
     Valid("the output bound again before the in-place change", RESIDUAL.format(body="""
                 out = torch.sigmoid(self.conv(x))
                 out = self.bn(out)
