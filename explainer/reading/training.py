@@ -684,9 +684,10 @@ def _class_made(name: ast.AST, scope: ast.AST, before: int, *, globals_too: bool
         return None
     module = src.module_of(scope)
     last = src.last_assignment(scope, name.id, before)
-    if last is None and globals_too and scope is not module:
+    if last is None and globals_too and scope is not module and not src.is_local(scope, name.id):
         # A function reads the global when it runs, usually after the module has made it
-        # (RN's `train(epoch)` reads `model`, made below the def and before the call).
+        # (RN's `train(epoch)` reads `model`, made below the def and before the call); a
+        # parameter of the same name is not it (R-Drop's `train_step(self, sample, model, ...)`).
         last = src.last_assignment(module, name.id, module.body[-1].end_lineno + 1)
     return _class_constructed(last.value if last is not None else None, module, workspace)
 
