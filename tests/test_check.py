@@ -102,7 +102,8 @@ def test_the_checker_offers_a_safe_fix_on_most_of_our_samples_and_on_real_cases(
         "real/morvanzhou_rnn_regressor_h_state_not_repacked", "real/neural_clbf_descent_violation_relu_inplace_mul",
         "real/nnr_gcn_layer_residual_inplace_add", "real/openasr_iter_one_epoch_tot_loss_graph",
         "real/pyod_deepsvdd_weight_penalty_built_once", "real/pytorch_gan_wgan_fake_imgs",
-        "real/ray_finetune_llm_loss_sum_graph", "real/resample_retain_step", "real/sam_tasks_loss_not_reset",
+        "real/ray_finetune_llm_loss_sum_graph", "real/resample_retain_step", "real/sam_second_pass_reuses_output",
+        "real/sam_tasks_loss_not_reset",
         "real/silero_vad_init_jit_model_disables_grad_globally",
         "real/so_gan_loss_d_through_generator", "real/srgan_d_step_before_g_loss",
         "real/tbd_check_accuracy_grad_off", "real/vq_pytorch_ema_lerp_keeps_encoder_graph"]

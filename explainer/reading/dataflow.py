@@ -250,7 +250,7 @@ def _steps(scope: ast.AST) -> list[Step]:
         if overwritten is not None:
             found.append(Step(node, overwritten, frozenset({overwritten})))
             continue
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STEPS):
             continue
         receiver = node.func.value
         optimizer = node.args[0] if node.args and "scaler" in src.canonical(receiver).lower() else receiver
@@ -266,7 +266,13 @@ def _calls_that_may_step(scope: ast.AST) -> tuple[ast.Call, ...]:
     further (most scopes have none)."""
     return src.cached(scope, "_calls_that_may_step", lambda: tuple(
         n for n in src.own_nodes(scope) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-        and (n.func.attr in ("step", "load_state_dict") or n.func.attr in _IN_PLACE_WRITES)), subtree_only=True)
+        and (n.func.attr in (*_STEPS, "load_state_dict") or n.func.attr in _IN_PLACE_WRITES)), subtree_only=True)
+
+
+# An optimizer's updates of its parameters: `step()`, and sharpness-aware minimisation's two
+# half-steps (`first_step()` moves the weights to the worst point nearby, `second_step()` back and
+# on; SAM's, ASAM's and GSAM's optimizers name them so).
+_STEPS = frozenset({"step", "first_step", "second_step"})
 
 
 def _overwritten_module(node: ast.AST, scope: ast.AST) -> str | None:

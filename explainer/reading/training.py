@@ -943,8 +943,11 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
             module = src.module_of(scope)
             return any(a.value is not None and is_module(a.value, module, a.stmt.lineno, depth + 1)
                        for a in src.assignments(module, node.id))
-        value = last.value if last is not None else None
-        return value is not None and is_module(value, scope, last.stmt.lineno, depth + 1)
+        if last is None:
+            # A parameter: `train(train_loader, model, criterion, optimizer)` calling `model.train()`
+            # (SAM's example) or `Adam(model.parameters())`.
+            return node.id in src.parameter_names(scope) and node.id in _parameters_taken(scope) | _mode_switched(scope)
+        return last.value is not None and is_module(last.value, scope, last.stmt.lineno, depth + 1)
     if isinstance(node, (ast.Name, ast.Attribute)) and src.canonical(node) in _parameters_taken(scope):
         return True  # `main.q` where `Adam(main.q.parameters())`: only a module has parameters()
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -975,6 +978,18 @@ def _parameters_taken_in_class(owner: ast.ClassDef) -> frozenset[str]:
     in `__init__`)."""
     return src.cached(owner, "_parameters_taken_in_class", lambda: frozenset().union(
         *(_parameters_taken(m) for m in owner.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)))))
+
+
+def _mode_switched(scope: ast.AST) -> frozenset[str]:
+    """What `scope` calls `.train()`, `.train(False)` or `.eval()` of: nn.Module's switches of
+    training mode (a trainer's `.train(dataset)` takes what it trains on, and is left out)."""
+    def switched(n: ast.AST) -> bool:
+        return isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and not n.keywords \
+            and (n.func.attr == "eval" and not n.args
+                 or n.func.attr == "train" and (not n.args or len(n.args) == 1 and isinstance(n.args[0], ast.Constant)
+                                                and isinstance(n.args[0].value, bool)))
+    return src.cached(scope, "_mode_switched", lambda: frozenset(
+        src.canonical(n.func.value) for n in src.own_nodes(scope) if switched(n)))
 
 
 # Module classes without parameters (`nn.MSELoss()`, `nn.ReLU()`): calling one adds history

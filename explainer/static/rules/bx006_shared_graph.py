@@ -190,9 +190,26 @@ def _same_tensor(first: Backward, second: Backward, scope) -> bool:
     return not any(first.line < a.stmt.lineno <= second.line for a in src.assignments(scope, name))
 
 
+# Sharpness-aware minimisation in a training function given the model (samples/real/
+# sam_second_pass_reuses_output.py): `first_step()` moves the weights, and the second pass's loss
+# is `{second}`.
+SAM_SECOND_PASS = """
+        def train(loader, model, criterion, optimizer):
+            model.train()
+            for images, target in loader:
+                output = model(images)
+                loss = criterion(output, target)
+                loss.backward()
+                optimizer.first_step(zero_grad=True)
+                {second}.backward()
+                optimizer.second_step(zero_grad=True)
+"""
+
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("SAM's second pass reusing the first pass's output, the model given to the training function",
+            SAM_SECOND_PASS.format(second="criterion(output, target)")),
     Invalid("the same loss back-propagated again under a condition", """
         model = nn.Linear(4, 1)
         for x in batches:
@@ -255,6 +272,8 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("SAM's second pass running the model again (the SAM example's own fix)",
+          SAM_SECOND_PASS.format(second="criterion(model(images), target)")),
     Valid("summed losses", """
         for x, y in batches:
             features = trunk(x)
