@@ -102,10 +102,10 @@ def _runs_a_stepped_part(producers: set[str], stepped: frozenset[str], scope, li
     """firedup's DDPG: `_, q, q_pi = main(obs1, acts)`, `q_optimizer` made from `main.q.parameters()`:
     the module called is a class of this file whose forward calls the stepped part (`self.q(...)`)."""
     for producer in producers:
-        parts = {m[len(producer) + 1:].split(".")[0] for m in stepped if m.startswith(producer + ".")}
+        parts = {f"self.{m[len(producer) + 1:].split('.')[0]}" for m in stepped if m.startswith(producer + ".")}
         forward = local_forward(ast.Name(producer, ast.Load()), scope, line, globals_too=True) \
             if parts and producer.isidentifier() else None
-        if forward is not None and any(src.canonical(c.func) in {f"self.{p}" for p in parts}
+        if forward is not None and any(src.canonical(c.func) in parts
                                        for c in src.own_nodes(forward) if isinstance(c, ast.Call)):
             return True
     return False
