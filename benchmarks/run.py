@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/run.py --quick             # under a minute
     .venv/bin/python benchmarks/run.py --profile           # also cProfile the largest graphs
     .venv/bin/python benchmarks/run.py --only synthetic    # one part (repeatable)
+    .venv/bin/python benchmarks/run.py --only samples --sample H3DNet   # some samples (repeatable)
     python benchmarks/run.py --device cuda --only overhead --only samples   # on a GPU
 
 Three parts (see benchmarks/README.md):
@@ -441,12 +442,16 @@ def overhead_table(results: dict, title: str) -> str:
 # 2. Explanation latency on the samples
 
 
-def buggy_samples():
+def buggy_samples(names: list[str] | None = None):
+    """The buggy samples; with `names`, those whose name contains one of them (any case)."""
     if str(SAMPLES) not in sys.path:
         sys.path.insert(0, str(SAMPLES))
     import manifest
 
-    return [s for s in manifest.samples() + manifest.real_cases() if s.kind != "none"]
+    found = [s for s in manifest.samples() + manifest.real_cases() if s.kind != "none"]
+    if names:
+        found = [s for s in found if any(n.lower() in s.name.lower() for n in names)]
+    return found
 
 
 def run_sample(path: Path, hooked: bool) -> dict:
@@ -515,9 +520,11 @@ def _cold_main(path: str) -> None:
     print(json.dumps(result))
 
 
-def bench_samples(reps: int, cold: int, seed: int = 1) -> dict:
+def bench_samples(reps: int, cold: int, seed: int = 1, names: list[str] | None = None) -> dict:
     rng = random.Random(seed)
-    samples = buggy_samples()
+    samples = buggy_samples(names)
+    if not samples:
+        raise SystemExit(f"run.py: no buggy sample's name contains any of {names}")
     log(f"[samples] {len(samples)} buggy samples x {reps} reps (hook and no hook)")
     for sample in samples:  # warm-up, discarded: first calls of an op (LSTM, ...) are slow
         run_sample(sample.path, hooked=False)
@@ -837,6 +844,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes and few rounds (< ~60 s)")
     parser.add_argument("--only", action="append", choices=["overhead", "samples", "synthetic"],
                         help="run only these parts (repeatable)")
+    parser.add_argument("--sample", action="append", metavar="NAME",
+                        help="in the samples part, only the samples whose name contains NAME (repeatable)")
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile the explanation at the largest synthetic size")
     parser.add_argument("--threads", type=int, default=1,
@@ -910,7 +919,7 @@ def main(argv=None) -> int:
         print(printed[-1] + "\n", flush=True)
     if "samples" in parts:
         settle()
-        blob["samples"] = bench_samples(config["sample_reps"], config["cold"])
+        blob["samples"] = bench_samples(config["sample_reps"], config["cold"], names=args.sample)
         printed.append(samples_table(blob["samples"]))
         print(printed[-1] + "\n", flush=True)
     if "synthetic" in parts:
