@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..model import Fix
 from ..reading import source as src
@@ -15,6 +15,9 @@ from .edits import apply_edits
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__builtins__", "__spec__",
                                         "__loader__", "__package__", "__annotations__", "__path__"}
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+# The nodes that can bind a name (`_bindings`); most nodes are none of them.
+_BINDERS = (ast.Name, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Global,
+            ast.Nonlocal, ast.ExceptHandler, ast.arg, ast.MatchAs, ast.MatchStar)
 
 
 def runs(fix: Fix) -> bool:
@@ -67,11 +70,19 @@ def unbound_reads(tree: ast.Module, within: frozenset[str] | None = None) -> set
     module level, not a builtin. Loose where Python is dynamic (`global`, star imports, `del`):
     it only has to tell a fix's new reads from the file's own. With `within`, only in the
     functions of those paths and the functions they define."""
+    # Each scope's own nodes are walked once: the bindings, the reads and the functions it
+    # defines all come from that one list (three walks of it were most of a fix check's time).
+    walked: dict[int, list[ast.AST]] = {}
     known: dict[int, dict[str, list[int]]] = {}
+
+    def nodes(scope: ast.AST) -> list[ast.AST]:
+        if id(scope) not in walked:
+            walked[id(scope)] = list(_own_walk(scope))
+        return walked[id(scope)]
 
     def bindings(scope: ast.AST) -> dict[str, list[int]]:
         if id(scope) not in known:
-            known[id(scope)] = _bindings(scope)
+            known[id(scope)] = _bindings(scope, nodes(scope))
         return known[id(scope)]
 
     module = bindings(tree)
@@ -79,15 +90,15 @@ def unbound_reads(tree: ast.Module, within: frozenset[str] | None = None) -> set
         return set()
     found: set[tuple[str, str]] = set()
     if within is None:
-        scopes = _scopes(tree)
+        scopes = _scopes(tree, nodes)
     else:
         starts = [f for f in src.nodes_of(tree, _FUNCTIONS[:2]) if _path(f) in within]
-        scopes = (s for f in starts for s in _scopes(f, [a for a in src.ancestors(f) if isinstance(a, _FUNCTIONS)][::-1],
-                                                       _path(f)))
+        scopes = (s for f in starts
+                  for s in _scopes(f, nodes, [a for a in src.ancestors(f) if isinstance(a, _FUNCTIONS)][::-1], _path(f)))
     for scope, enclosing, path in scopes:
         own = bindings(scope)
         visible = set(module).union(*(bindings(outer) for outer in enclosing))
-        for node in _own_walk(scope):
+        for node in nodes(scope):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in _BUILTINS:
                 rows = own.get(node.id)
                 if rows is not None and min(rows) < node.lineno:
@@ -98,15 +109,16 @@ def unbound_reads(tree: ast.Module, within: frozenset[str] | None = None) -> set
     return found
 
 
-def _scopes(top: ast.AST, around: list[ast.AST] | None = None, path: str = "") \
-        -> Iterator[tuple[ast.AST, list[ast.AST], str]]:
+def _scopes(top: ast.AST, nodes: Callable[[ast.AST], list[ast.AST]], around: list[ast.AST] | None = None,
+            path: str = "") -> Iterator[tuple[ast.AST, list[ast.AST], str]]:
     """`top` (the module, or a function with the functions `around` it) and every function in it,
-    with the functions around each and a path naming it (`_path`)."""
+    with the functions around each and a path naming it (`_path`); `nodes` gives a scope's own
+    nodes (`_own_walk`)."""
     stack = [(top, list(around or []), path)]
     while stack:
         scope, enclosing, path = stack.pop()
         yield scope, enclosing, path
-        for node in _own_walk(scope):
+        for node in nodes(scope):
             if isinstance(node, _FUNCTIONS) and node is not scope:
                 outer = enclosing + ([scope] if not isinstance(scope, ast.Module) else [])
                 stack.append((node, outer, f"{path}.{_name(node)}"))
@@ -139,8 +151,9 @@ def _own_walk(scope: ast.AST) -> Iterator[ast.AST]:
         pending.extend(ast.iter_child_nodes(node))
 
 
-def _bindings(scope: ast.AST) -> dict[str, list[int]]:
-    """Each name bound in `scope` (its own body, comprehensions included), with the rows."""
+def _bindings(scope: ast.AST, own: list[ast.AST]) -> dict[str, list[int]]:
+    """Each name bound in `scope` (its own body, comprehensions included), with the rows; `own`
+    is the scope's own nodes (`_own_walk`)."""
     bound: dict[str, list[int]] = {}
 
     def add(name: str, row: int) -> None:
@@ -151,7 +164,9 @@ def _bindings(scope: ast.AST) -> dict[str, list[int]]:
         for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
                     *filter(None, [arguments.vararg, arguments.kwarg])]:
             add(arg.arg, 0)
-    for node in _own_walk(scope):
+    for node in own:
+        if not isinstance(node, _BINDERS):
+            continue
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             add(node.id, _row_of_binding(node))
         elif isinstance(node, (*_FUNCTIONS[:2], ast.ClassDef)) and node is not scope:
