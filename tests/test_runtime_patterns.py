@@ -2296,6 +2296,70 @@ def test_the_step_between_two_backward_calls_goes_where_the_next_step_takes_both
     assert recomputes and all(f["applicability"] == "unsafe" for f in recomputes)
 
 
+# 3FabRec's autoencoder before its fix: a helper steps the encoder on its own loss, the caller
+# clears the encoder's gradients and steps it again after the reconstruction's backward.
+HELPER_STEPS_FIRST = """
+    import torch
+
+
+    class AutoEncoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+            self.dec = torch.nn.Linear(4, 3)
+
+
+    class Trainer:
+        def __init__(self):
+            self.ae = AutoEncoder()
+            self.opt_e = torch.optim.SGD(self.ae.enc.parameters(), lr=0.1)
+            self.opt_d = torch.optim.SGD(self.ae.dec.parameters(), lr=0.1)
+
+        def regularize(self, z):
+            loss = z.pow(2).mean()
+            loss.backward(retain_graph=True)
+            self.opt_e.step()
+
+        def run(self, x):
+            self.opt_e.zero_grad()
+            self.opt_d.zero_grad()
+            z = self.ae.enc(x)  # culprit
+            self.regularize(z)
+            self.ae.enc.zero_grad()
+            loss = (self.ae.dec(z) - x).pow(2).mean()
+            loss.backward()
+            self.opt_e.step()
+            self.opt_d.step()
+
+
+    trainer = Trainer()
+    for _ in range(2):
+        trainer.run(torch.randn(5, 3))
+"""
+
+
+def test_a_helpers_step_goes_with_the_zero_grad_between_where_the_caller_steps_it_again(explain_run, tmp_path):
+    """The encoder's optimizer steps in the helper and again after the caller's backward: the
+    helper's step goes, and so does the caller's `zero_grad()` of the encoder alone (it would
+    wipe the helper's gradients the one step now takes), as 3FabRec's maintainers did. A
+    `zero_grad()` of encoder and decoder together cannot go without keeping the decoder's old
+    gradients: no such fix then."""
+    code = textwrap.dedent(HELPER_STEPS_FIRST).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fixes = explain_run(script).findings[0]["fixes"]
+    drops = [f for f in fixes if f["message"].startswith("Drop `self.opt_e.step()`")]
+    assert len(drops) == 1 and drops[0]["applicability"] == "unsafe"
+    patched = apply_edits(code, Fix.from_json(drops[0]).edits)
+    assert patched.count("self.opt_e.step()") == 1 and "self.ae.enc.zero_grad()" not in patched
+    script.write_text(patched)
+    assert explain_run(script).findings == []
+
+    script.write_text(code.replace("self.ae.enc.zero_grad()", "self.ae.zero_grad()"))
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert not [f for f in fixes if f["message"].startswith("Drop `self.opt_e.step()`")]
+
+
 def test_autograd_is_turned_on_for_the_call_that_trains_not_for_the_function_that_switched_it_off(
         explain_run, tmp_path):
     """Scoping the switch to `evaluate` would still leave `attack` under it: the fix wraps the

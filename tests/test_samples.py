@@ -73,8 +73,6 @@ NOT_YET: dict[str, str] = {
                                             "agent's actor re-run with the others' actions from the buffer)",
     "real/nf_soft_mining_prop_viewdirs": "named `rgb`, shared by the two backward calls, not `t_dirs` in the "
                                          "proposal networks' closure, where the estimator's graph enters the rays'",
-    "real/redq_policy_loss_after_q_step": "the Q step is named, but no fix: the twin back-propagates both losses "
-                                          "before any step with the Q nets frozen for the policy's forward",
     "real/pchrist_sac_discrete_actor_loss_before_critic_steps": "named where the critic ran inside "
                                                                 "`calculate_actor_loss` (131), but no fix: the "
                                                                 "critics' steps and the actor's run in one call "
@@ -83,9 +81,6 @@ NOT_YET: dict[str, str] = {
     "real/drit_update_eg_stale_forward": "fixes[0] runs `self.forward()` again before `backward_G_alone()`, as the "
                                          "commenter did, and trains what the twin trains, but is offered as unsafe: "
                                          "run again, the forward draws new random codes (`get_z_random`)",
-    "real/fabrec_encoder_step_before_recon": "named right (108), but no fix: the twin drops update_encoding's own "
-                                             "`optimizer_E.step()` (and a `Q.zero_grad()`), so the encoder steps "
-                                             "once, after both losses' backward calls",
     "real/dreamer_pytorch_model_step_before_actor_backward": "named right (260), but fixes[0] recomputes the losses "
                                                              "after the world model's step; the twin updates the "
                                                              "actor and the value model first and the world model "

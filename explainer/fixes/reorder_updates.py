@@ -25,20 +25,24 @@ def move_lines(source: Source, moved: list[ast.stmt], anchor: ast.stmt, after: b
 
 
 def update_after(source: Source, moved: list[ast.stmt], end: ast.stmt, failing: ast.Call, stepped: ast.expr,
-                 moved_backward: ast.Call, keep_to_own: bool, retain: bool = True) -> Fix | None:
+                 moved_backward: ast.Call, keep_to_own: bool, retain: bool = True,
+                 anchor: ast.stmt | None = None) -> Fix | None:
     """`stepped`'s update (`moved`, its `zero_grad()` to its `step()`) goes after `end`, the step
     of the update the failing backward belongs to, and that backward keeps the graph for it
     (`retain_graph=True`). With `keep_to_own`, the moved backward also reaches weights the other
     update has stepped by then: `inputs=` keeps it to `stepped`'s own parameters. The moved
     backward's `retain_variables=True` (retain_graph's name before PyTorch 0.4, which today's
     backward rejects) goes: it is the last backward now. None where the moved backward already
-    names its inputs. Without `retain`, the two backward calls go through graphs of their own
-    (deocclusion's discriminator, given the generator's output detached): nothing is kept."""
+    names its inputs, or where it is kept to an ensemble's optimizers stepped in a loop (one
+    `inputs=` cannot name them). Without `retain`, the two backward calls go through graphs of
+    their own (deocclusion's discriminator, given the generator's output detached): nothing is
+    kept. The update goes after `anchor` where that is not `end` (the `if update_policy:` that
+    holds the other update)."""
     text = source.text
     keywords = [graph_options.drop_keyword(source, moved_backward, "retain_variables")] \
         if any(k.arg == "retain_variables" for k in moved_backward.keywords) else []
     if keep_to_own:
-        if any(k.arg == "inputs" for k in moved_backward.keywords):
+        if any(k.arg == "inputs" for k in moved_backward.keywords) or isinstance(moved[-1], ast.For):
             return None
         own = graph_options.optimizers_inputs(source.segment(stepped))
         insert = graph_options.insert_keyword(source, moved_backward, own)
@@ -47,7 +51,8 @@ def update_after(source: Source, moved: list[ast.stmt], end: ast.stmt, failing: 
         keywords.append(insert)
     text = apply_edits(text, [e for e in keywords if e is not None])
     kept = graph_options.add_retain_graph(source, failing, "") if retain else None
-    edits = (*move_lines(source, moved, end, after=True, text=text), *(kept.edits if kept is not None else ()))
+    edits = (*move_lines(source, moved, anchor or end, after=True, text=text),
+             *(kept.edits if kept is not None else ()))
     first, final = moved[0].lineno, moved[-1].end_lineno
     following = f"`{source.segment(end)}` (line {end.lineno})"
     other = update_receiver(end, "step")

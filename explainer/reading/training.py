@@ -1260,25 +1260,65 @@ def only_updates(statements) -> bool:
     return True
 
 
-def update_moved_after(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.stmt) -> tuple[list, ast.stmt] | None:
+def update_moved_after(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.stmt) \
+        -> tuple[list, ast.stmt, ast.stmt] | None:
     """The update that `step_stmt` (`opt.step()`) ends, from `opt`'s last `zero_grad()` before it,
-    and the first `step()` at or after `failing` in `block`, where that update can move after
-    it: only updates in between (nothing written in place), and nothing in between reads what
-    the moved statements bind. How both readings of "update it after the next one" (the
-    runtime's and the checker's) find what they move."""
+    the first `step()` at or after `failing` in `block`, and the statement the update moves after
+    (that step, or the `if update_policy:` holding `failing` and its update), where that update
+    can move: only updates in between (nothing written in place), and nothing in between reads
+    what the moved statements bind. Each of the moved update's ends may be a loop over an
+    ensemble's optimizers (REDQ's `for q_i in range(n): self.q_optimizer_list[q_i].step()`).
+    How both readings of "update it after the next one" (the runtime's and the checker's) find
+    what they move."""
+    step_unit = _one_statement_loop(step_stmt) or step_stmt
+    if not any(stmt is step_unit for stmt in block):
+        guard = src.parent(failing)
+        block = src.enclosing_block(step_unit)
+        if not isinstance(guard, ast.If) or guard.orelse or not isinstance(guard.test, ast.Name) \
+                or not any(stmt is guard for stmt in block):
+            return None
+    else:
+        guard = None
     at = {id(stmt): index for index, stmt in enumerate(block)}
     stepped = update_receiver(step_stmt, "step")
-    if stepped is None or id(step_stmt) not in at or id(failing) not in at or at[id(step_stmt)] >= at[id(failing)]:
+    failing_unit = guard or failing
+    if stepped is None or id(step_unit) not in at or id(failing_unit) not in at \
+            or at[id(step_unit)] >= at[id(failing_unit)]:
         return None
-    last = at[id(step_stmt)]
-    zeroed = [i for i in range(last) if update_receiver(block[i], "zero_grad") == stepped]
-    end = next((stmt for stmt in block[at[id(failing)]:] if update_receiver(stmt, "step") is not None), None)
+    last = at[id(step_unit)]
+    zeroed = [i for i in range(last) if _unit_receiver(block[i], "zero_grad", step_unit) == stepped]
+    own_block = guard.body if guard is not None else block
+    start = next(i for i, stmt in enumerate(own_block) if stmt is failing)
+    end = next((stmt for stmt in own_block[start:] if update_receiver(stmt, "step") is not None), None)
     if not zeroed or end is None:
         return None
-    moved, between = block[zeroed[-1]:last + 1], block[last + 1:at[id(end)] + 1]
+    anchor = guard or end
+    moved, between = block[zeroed[-1]:last + 1], block[last + 1:at[id(anchor)] + 1]
+    if guard is not None:
+        between = [*between[:-1], *guard.body]
     if not only_updates(between) or src.names_bound(moved) & {n for stmt in between for n in src.names_read(stmt)}:
         return None
-    return moved, end
+    return moved, end, anchor
+
+
+def _one_statement_loop(stmt: ast.stmt) -> ast.For | None:
+    """The `for` loop around `stmt` whose whole body `stmt` is (`for q_i in range(n):
+    opts[q_i].step()`): one update of an ensemble."""
+    loop = src.parent(stmt)
+    return loop if isinstance(loop, ast.For) and not loop.orelse and len(loop.body) == 1 \
+        and loop.body[0] is stmt else None
+
+
+def _unit_receiver(stmt: ast.stmt, method: str, like: ast.stmt) -> str | None:
+    """`update_receiver` of `stmt`, or of the one statement of a loop that `like` (the moved
+    update's step, itself such a loop or not) also is, over the same range."""
+    if isinstance(like, ast.For):
+        if not (isinstance(stmt, ast.For) and not stmt.orelse and len(stmt.body) == 1
+                and src.canonical(stmt.target) == src.canonical(like.target)
+                and src.canonical(stmt.iter) == src.canonical(like.iter)):
+            return None
+        stmt = stmt.body[0]
+    return update_receiver(stmt, method)
 
 
 def zeroed_before_use(statements: list[ast.stmt], optimizer: str) -> bool:

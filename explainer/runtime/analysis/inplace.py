@@ -185,7 +185,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         safe_recompute = next((i for i, fix in enumerate(fixes) if recompute is not None and fix is not None
                                and fix.message == recompute.message and fix.applicability == "safe"), None)
         fixes.insert(0 if safe_recompute is None else safe_recompute + 1,
-                     _drop_repeated_step(source, scope, step, failing))
+                     _drop_repeated_step(ctx, source, scope, step, failing))
         fixes.insert(0, _keep_to_own(ctx, source, step, failing, steps))
         after = _update_after(ctx, source, scope, step, failing, steps)
         if after is not None and (_ascends_what_it_descended(ctx) or _kept_for_this_loss(ctx, scope, step, failing)):
@@ -769,28 +769,90 @@ def _sees_the_same_gradients(ctx, source, step: StepCall, step_stmt, failing) ->
                                            for stmt in between for node in ast.walk(stmt))
 
 
-def _drop_repeated_step(source, scope, step: StepCall, failing) -> Fix | None:
+def _drop_repeated_step(ctx, source, scope, step: StepCall, failing) -> Fix | None:
     """Anomaly-Transformer's minimax: `loss1.backward(retain_graph=True); optimizer.step();
-    loss2.backward(); optimizer.step()`, nothing zeroing the gradients in between. The second
-    step already takes loss1's gradients with loss2's: the first one goes, as the maintainers
-    did, and one step follows both backward calls. Unsafe: the weights take one step, not two."""
-    if source is None or failing is None or step.filename != source.filename:
+    loss2.backward(); optimizer.step()`. The second step can take loss1's gradients with loss2's:
+    the first one goes, as the maintainers did, and one step follows both backward calls. The
+    first step may be a helper's, called from here with the same `self` (3FabRec's
+    `update_encoding(z)` steps `self.optimizer_E`, which the caller steps again after
+    `loss.backward()`); a `zero_grad()` between the two backward calls that clears only the
+    stepped optimizer's parameters goes too (3FabRec's `self.saae.Q.zero_grad()`), one that
+    clears some of them and other weights as well leaves no such fix. Unsafe: the weights take
+    one step, not two."""
+    if source is None or failing is None or step.filename != source.filename or not isinstance(
+            scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
         return None
-    step_stmt = src.innermost_statement(scope, step.row)
-    block = src.enclosing_block(failing)
-    at = {id(stmt): index for index, stmt in enumerate(block)}
-    if not isinstance(step_stmt, ast.Expr) or id(step_stmt) not in at or id(failing) not in at:
+    step_stmt = src.innermost_statement(source.tree, step.row)
+    stepped = update_receiver(step_stmt, "step") if step_stmt is not None else None
+    optimizer = step.optimizer()
+    if stepped is None or optimizer is None:
         return None
-    first, failed = at[id(step_stmt)], at[id(failing)]
-    stepped = update_receiver(step_stmt, "step")
-    if stepped is None or first >= failed or failed + 1 >= len(block) \
-            or update_receiver(block[failed + 1], "step") != stepped \
-            or any(update_receiver(stmt, "zero_grad") == stepped for stmt in block[first:failed]):
+    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename
+                  and ctx.call is not None and f.f_lineno == ctx.call.row), None)
+    values = {**frame.f_globals, **frame.f_locals} if frame is not None else {}
+    where = Scope(source, scope, values.get("self"), values)
+    helper = src.enclosing_function(step_stmt)
+    between = []  # the statements the first step's update runs through to the failing backward
+    if helper is scope or helper is None and scope is source.tree:
+        entry = step_stmt
+    else:
+        calls = [n for n in src.own_nodes(scope) if isinstance(n, ast.Call) and n.lineno < failing.lineno
+                 and helper_called(n, scope) is helper]
+        if helper is None or len(calls) != 1 or not stepped.startswith("self.") \
+                or not isinstance(calls[0].func, ast.Attribute):
+            return None  # only the same `self`'s optimizer is known to be the caller's too
+        entry = src.innermost_statement(scope, calls[0].lineno)
+        between = [n for n in src.own_nodes(helper) if isinstance(n, ast.stmt) and n.lineno > step_stmt.end_lineno]
+    if entry is None or entry.end_lineno >= failing.lineno or not src.inside(failing, scope) \
+            or src.loops_around(entry, scope) != src.loops_around(failing, scope):
         return None
-    return Fix(f"Drop `{source.segment(step_stmt)}` (line {step_stmt.lineno}): nothing zeroes the gradients "
-               f"before this backward, so the step after it (line {block[failed + 1].lineno}) takes both "
-               f"losses' gradients in one update (the weights take one step, not two)",
-               (delete_lines(source, step_stmt),), "unsafe")
+    own = [n for n in src.own_nodes(scope) if isinstance(n, ast.stmt)]
+    # The same optimizer's next step, known by the object it steps (`scaler.step(opt_d)` and
+    # `scaler.step(opt_g)` share a receiver, not an optimizer).
+    later = next((n for n in sorted(own, key=lambda n: n.lineno) if n.lineno > failing.end_lineno
+                  and update_receiver(n, "step") == stepped and _stepped_optimizer(where, n) is optimizer), None)
+    if later is None or src.loops_around(later, scope) != src.loops_around(failing, scope):
+        return None
+    between += [n for n in own if entry.end_lineno < n.lineno < failing.lineno]
+    after = [n for n in own if failing.end_lineno < n.lineno < later.lineno]
+    trained = trained_by(optimizer)
+    dropped = []
+    for stmt, drop in [*((n, True) for n in between), *((n, False) for n in after)]:
+        receiver = update_receiver(stmt, "zero_grad")
+        if receiver is None:
+            continue
+        cleared = _parameters_of(runtime_value(where, src.call_receiver(stmt, "zero_grad")))
+        if receiver != stepped and cleared is not None and not cleared & trained:
+            continue  # another model's gradients
+        if not drop or receiver != stepped and (cleared is None or not cleared <= trained):
+            return None  # it clears the gradients the one step needs, or other weights' too
+        dropped.append(stmt)
+    drops = "".join(f" and `{source.segment(z)}` (line {z.lineno})" for z in dropped)
+    return Fix(f"Drop `{source.segment(step_stmt)}` (line {step_stmt.lineno}){drops}: `{stepped}` steps again after "
+               f"this backward (line {later.lineno}), and that step then takes both losses' gradients in one update "
+               f"(the weights take one step, not two)",
+               (delete_lines(source, step_stmt), *(delete_lines(source, z) for z in dropped)), "unsafe")
+
+
+def _stepped_optimizer(where: Scope, stmt: ast.stmt):
+    """The optimizer `opt.step()` or `scaler.step(opt)` steps, as `where`'s values tell."""
+    call = src.call_named(stmt, "step")
+    if call is None or not isinstance(call.func, ast.Attribute):
+        return None
+    value = runtime_value(where, call.func.value)
+    if not isinstance(value, torch.optim.Optimizer) and call.args:
+        value = runtime_value(where, call.args[0])
+    return value if isinstance(value, torch.optim.Optimizer) else None
+
+
+def _parameters_of(value) -> set[int] | None:
+    """The ids of the parameters whose gradients `value.zero_grad()` clears, an optimizer's or a
+    module's; None where `value` is neither (or not known)."""
+    if isinstance(value, torch.optim.Optimizer):
+        return trained_by(value)
+    if isinstance(value, torch.nn.Module):
+        return {id(p) for p in value.parameters()}
+    return None
 
 
 def _step_after_the_loop(source, scope, step: StepCall, failing) -> Fix | None:
@@ -836,7 +898,7 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     found = update_moved_after(src.enclosing_block(failing), step_stmt, failing) if call is not None else None
     if found is None:
         return None
-    moved, end = found
+    moved, end, anchor = found
     stepped = src.call_receiver(step_stmt, "step")
     backward = [c for stmt in moved for c in [src.call_named(stmt, "backward")] if c is not None]
     loss = _backward_loss(ctx, source, backward[0]) if len(backward) == 1 else None
@@ -845,14 +907,18 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     first_stepping = ctx.lookup(update_receiver(end, "step"), source.filename) if end is not failing else None
     if not isinstance(first_stepping, torch.optim.Optimizer) or step.optimizer() is None:
         return None
+    # The moved update's steps: its own, or each of an ensemble's at the same row (REDQ's Q nets).
+    moved_steps = [s for s in steps if (s.filename, s.row, s.column) == (step.filename, step.row, step.column)] \
+        if isinstance(moved[-1], ast.For) else [step]
     reached = set().union(*(parameters_under(root.grad_fn) for root in ctx.roots))
-    if any(other.optimizer() is not step.optimizer() and trained_by(other.optimizer()) & reached for other in steps):
+    if any(all(other.optimizer() is not s.optimizer() for s in moved_steps)
+           and trained_by(other.optimizer()) & reached for other in steps):
         return None  # another step also changed weights this backward needs (both critics stepped)
-    own, changed = trained_by(step.optimizer()), trained_by(first_stepping)
+    own, changed = optimizer_parameters(moved_steps), trained_by(first_stepping)
     if reads_on_the_way(loss.grad_fn, own, changed):
         return None  # the moved backward would still need weights the other step changed
     return reorder_updates.update_after(source, moved, end, call, stepped, backward[0],
-                                        keep_to_own=bool(parameters_under(loss.grad_fn) & changed))
+                                        keep_to_own=bool(parameters_under(loss.grad_fn) & changed), anchor=anchor)
 
 
 def _keep_to_own(ctx, source, step: StepCall, failing, steps) -> Fix | None:

@@ -196,7 +196,7 @@ def _update_after(source, scope, step: Step, backward: Backward, calls, retained
     found = update_moved_after(src.enclosing_block(failing), step_stmt, failing)
     if found is None:
         return None
-    moved, end = found
+    moved, end, anchor = found
     moved_calls = [c for c in calls if any(c.statement is stmt for stmt in moved)]
     if len(moved_calls) != 1:
         return None
@@ -205,14 +205,14 @@ def _update_after(source, scope, step: Step, backward: Backward, calls, retained
     # kept to its own optimizer's parameters.
     if moved_calls[0].retains_graph():
         return reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value,
-                                            moved_calls[0].call, keep_to_own=True) if retained else None
+                                            moved_calls[0].call, keep_to_own=True, anchor=anchor) if retained else None
     # deocclusion's discriminator loss takes the generator's output detached, so the two losses
     # share no graph the source shows, and the moved backward needs none kept. What the source
     # does not show they may still share (the moved backward would then find it freed).
     if retained or shared_ancestor(moved_calls[0], backward, scope) is not None:
         return None
     fix = reorder_updates.update_after(source, moved, end, backward.call, step.call.func.value, moved_calls[0].call,
-                                       keep_to_own=True, retain=False)
+                                       keep_to_own=True, retain=False, anchor=anchor)
     return fix.unproven() if fix is not None else None
 
 
