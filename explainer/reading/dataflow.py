@@ -14,7 +14,7 @@ from .training import (
     comprehension_variables,
     cuts_history,
     has_history,
-    instance_class,
+    instance_attribute_assignments,
     is_leaf_like,
     is_module,
     under_no_grad,
@@ -381,11 +381,7 @@ def _made_by_its_class(optimizer: ast.AST) -> tuple[ast.Call, ast.AST, str] | No
     """RN's `model.dis_optimizer`, where `model = InpaintingModel(...)` and its `__init__` makes
     `self.dis_optimizer = optim.Adam(params=self.discriminator.parameters())`: that call, the
     method it is made in, and the receiver (`model`) its `self.` stands for."""
-    if not (isinstance(optimizer, ast.Attribute) and isinstance(optimizer.value, ast.Name)
-            and optimizer.value.id != "self"):
-        return None
-    owner = instance_class(optimizer.value, optimizer)
-    made = src.assignments(owner, f"self.{optimizer.attr}", deep=True) if owner is not None else []
+    made = instance_attribute_assignments(optimizer, workspace=True)
     if len(made) != 1 or not isinstance(made[0].value, ast.Call):
         return None
     method = src.enclosing_function(made[0].stmt)

@@ -744,10 +744,22 @@ def _class_constructed(value: ast.AST | None, module: ast.Module, workspace: boo
     return jedi_types.imported_class(module, value.func)
 
 
-def _instance_of(name: ast.Name, at: ast.AST) -> ast.ClassDef | None:
+def _instance_of(name: ast.Name, at: ast.AST, workspace: bool = False) -> ast.ClassDef | None:
     """The class of this file that `name`, read at `at`, was made from in the enclosing function
-    or at module level: `agent = Agent(...)`, for `agent.learn(loss)` and `agent.net`."""
-    return _class_made(name, src.enclosing_function(at) or src.module_of(at), at.lineno, globals_too=True)
+    or at module level: `agent = Agent(...)`, for `agent.learn(loss)` and `agent.net`; with
+    `workspace`, also a class the file imports from the workspace's own files."""
+    return _class_made(name, src.enclosing_function(at) or src.module_of(at), at.lineno, globals_too=True,
+                       workspace=workspace)
+
+
+def instance_attribute_assignments(node: ast.AST, workspace: bool = False) -> list[src.Assignment]:
+    """For `agent.net`, where `agent = Agent(...)`: the assignments of `self.net` in that class's
+    methods (as `_instance_of` finds the class, `workspace` with it); none where `node` is no
+    such attribute or the class is not known."""
+    if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id != "self"):
+        return []
+    owner = _instance_of(node.value, node, workspace)
+    return src.assignments(owner, f"self.{node.attr}", deep=True) if owner is not None else []
 
 
 def runs_backward(node: ast.AST, depth: int = 0, freeing: bool = False) -> bool:
@@ -955,14 +967,10 @@ def is_module(node: ast.AST, scope: ast.AST, before: int, depth: int = 0) -> boo
         # `self.qf1.parameters()`
         owner = src.enclosing_class(scope)
         return owner is not None and src.canonical(node) in _parameters_taken_in_class(owner)
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id != "self":
-        # `agent.net`, where `agent = Agent()` and Agent's methods set `self.net = nn.GRU(...)`
-        owner = _instance_of(node.value, node)
-        return owner is not None and any(
-            a.value is not None and is_module(a.value, src.enclosing_function(a.stmt) or owner, a.stmt.lineno + 1,
-                                              depth + 1)
-            for a in src.assignments(owner, f"self.{node.attr}", deep=True))
-    return False
+    # `agent.net`, where `agent = Agent()` and Agent's methods set `self.net = nn.GRU(...)`
+    return any(a.value is not None and is_module(a.value, src.enclosing_function(a.stmt) or src.enclosing_class(a.stmt),
+                                                 a.stmt.lineno + 1, depth + 1)
+               for a in instance_attribute_assignments(node))
 
 
 def _parameters_taken(scope: ast.AST) -> frozenset[str]:
