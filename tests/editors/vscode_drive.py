@@ -25,6 +25,7 @@ import time
 
 from contrast import text_contrasts
 from pictures import decoded
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 report = {}
@@ -78,9 +79,16 @@ def open_workbench(playwright, url: str, folder: str):
     return browser, page
 
 
-def show_problems(page) -> list[str]:
+def show_problems(page, out_dir: str) -> list[str]:
+    """The Problems panel's rows, once it has one. When none comes, the error carries the
+    extension's log and the screenshot no-problems.png, which say whether the server started."""
     page.keyboard.press("Control+Shift+M")
-    page.wait_for_selector(".markers-panel .monaco-list-row", timeout=120000)
+    try:
+        page.wait_for_selector(".markers-panel .monaco-list-row", timeout=120000)
+    except PlaywrightTimeout:
+        page.screenshot(path=f"{out_dir}/no-problems.png")
+        log = "\n".join(log_lines(page, out_dir)[-40:])
+        raise RuntimeError(f"no row in the Problems panel after 120 s; the extension's log:\n{log}") from None
     time.sleep(1)
     return problems(page)
 
@@ -132,7 +140,7 @@ def fix(url, folder, out_dir, sample, row, column, notebook) -> None:
         browser, page = open_workbench(playwright, url, folder)
         time.sleep(3)
         open_file(page, sample)
-        report["problems"] = show_problems(page)
+        report["problems"] = show_problems(page, out_dir)
         report["squiggles"] = page.locator(".squiggly-warning, .squiggly-error").count()
         page.screenshot(path=f"{out_dir}/diagnostic.png")
         report["language_status"] = language_status(page, out_dir)
@@ -207,7 +215,7 @@ def hover(url, folder, out_dir, sample, row, column, shot) -> None:
         browser, page = open_workbench(playwright, url, folder)
         time.sleep(3)
         open_file(page, sample)
-        show_problems(page)
+        show_problems(page, out_dir)
         page.locator(".markers-panel .monaco-list-row", has_text="confirmed when it ran").wait_for(timeout=120000)
         page.keyboard.press("Control+J")  # the panel closed, the hover has the editor's height to show in
         time.sleep(0.5)
@@ -239,7 +247,7 @@ def trust(url, folder, out_dir, sample, marker) -> None:
         time.sleep(2)
         report["status_bar"] = page.locator(".statusbar").inner_text()
         open_file(page, sample)
-        report["restricted_problems"] = show_problems(page)
+        report["restricted_problems"] = show_problems(page, out_dir)
         report["restricted_marker"] = os.path.exists(marker)
         page.screenshot(path=f"{out_dir}/restricted-mode.png")
 
