@@ -3921,3 +3921,64 @@ def test_a_step_moved_after_the_backward_is_safe_only_where_it_applies_the_same_
     differs = [d for d in trained.same_first_step(first, fixed) if d.startswith("SGD#1.")]
     assert any(label.startswith("SGD#1.") for label in first["first_step"])
     assert (differs == []) == (applicability == "safe"), differs
+
+
+UPDATE_IN_THE_NEXT_METHOD = """
+    import torch
+
+
+    class GAN:
+        def __init__(self):
+            self.gen = torch.nn.Linear(3, 3)
+            self.dis = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+            self.opt_g = torch.optim.SGD(self.gen.parameters(), lr=0.1)
+            self.opt_d = torch.optim.SGD(self.dis.parameters(), lr=0.1)
+
+        def losses(self, x, real):
+            self.opt_g.zero_grad()
+            self.opt_d.zero_grad()
+            fake = self.gen(x)
+            d_real = self.dis(real)
+            d_loss = (1 - d_real).relu().mean() + (1 + self.dis(fake.detach())).relu().mean()
+            d_fake = self.dis(fake)
+            g_loss = -d_fake.mean()
+            return g_loss, d_loss
+
+        def update(self, g_loss, d_loss):
+            d_loss.backward()
+            self.opt_d.step()
+            g_loss.backward()
+            self.opt_g.step()
+
+
+    gan = GAN()
+    for _ in range(2):
+        g_loss, d_loss = gan.losses(torch.randn(5, 3), torch.randn(5, 3))
+        gan.update(g_loss, d_loss)
+"""
+
+
+def test_an_update_that_opens_the_next_method_moves_before_the_forward_in_the_method_before(explain_run, tmp_path):
+    """`update` steps the discriminator before the generator's backward through it; the update
+    moves into `losses`, before the generator's pass through the discriminator, as BPPNet's
+    maintainer did: the script runs clean, and the generator trains through the stepped
+    discriminator. Not where the generator's loss also reads a value the discriminator made
+    before that step (`d_real`), nor where `losses` runs elsewhere too (the update would then
+    run there)."""
+    code = textwrap.dedent(UPDATE_IN_THE_NEXT_METHOD).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    moved = "Update `self.opt_d` in `losses`, before `d_fake` is built"
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert fix["message"].startswith(moved) and fix["applicability"] == "safe", fix["message"]
+    patched = apply_edits(code, Fix.from_json(fix).edits)
+    assert "d_loss.backward()\n        self.opt_d.step()\n        d_fake = self.dis(fake)" in patched
+    assert "def update(self, g_loss, d_loss):\n        g_loss.backward()" in patched
+    script.write_text(patched)
+    assert explain_run(script).findings == []
+
+    for changed in (code.replace("-d_fake.mean()", "-d_fake.mean() + d_real.mean()"),
+                    code.replace("gan = GAN()\n", "gan = GAN()\ngan.losses(torch.randn(5, 3), torch.randn(5, 3))\n")):
+        script.write_text(changed)
+        fixes = explain_run(script).findings[0]["fixes"]
+        assert not [f for f in fixes if f["message"].startswith("Update `self.opt_d` in `losses`")]

@@ -176,7 +176,10 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
             stale = _stale_reads(ctx, recompute, optimizer_parameters(steps))
             fixes.append(Fix(recompute.message, edits,
                              "unsafe" if stale or recompute.applicability == "unsafe" else "safe"))
-        fixes.append(_update_before_the_forward(ctx, source, located, step, steps, failing, full))
+        fixes.append(_update_before_the_forward(ctx, source, located, step, steps, failing, full)
+                     or _update_before_the_forward_in_its_method(
+                         ctx, source, scope, located, _built_in_a_callee(ctx, carrier, parameter), step, steps,
+                         failing, optimizer_parameters(steps)))
         fixes.append(_own_update_first_through_helper(ctx, carrier, steps))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
         # The same optimizer steps again right after this backward: one step over both losses,
@@ -1107,6 +1110,124 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
     return Fix(f"Update `{own}` before `{located.target_text}` is built: move its update (lines {first}-{final}) "
                f"before line {located.store.lineno}, so this backward goes through the weights that step made, "
                f"as after a recompute, with nothing run twice", edits, "safe")
+
+
+def _update_before_the_forward_in_its_method(ctx, source, scope, made: Located, built: Located | None,
+                                             step: StepCall, steps, failing, stepped: set[int]) -> Fix | None:
+    """BPPNet's DU_Net: `unet_loss, dis_loss, ... = DUNet.process(...)` (`made`) builds both
+    losses, the unet's through the discriminator (`built`: `unet_fake = self.discriminator(outputs)`),
+    then `DUNet.backward(unet_loss, dis_loss)` opens with `dis_loss.backward(retain_graph=True);
+    self.dis_optimizer.step()`, and `unet_loss.backward()` fails on the discriminator's weights.
+    The discriminator's update moves into `process`, before that forward, as BPPNet's
+    maintainer did (`_update_before_the_forward` across the two methods of one object). Safe
+    where the update opens the method and the caller calls that method right after the other,
+    on the same object, each once in the file; the update reads only `self`, the module's names
+    and parameters the caller passes from what `process` returns; and what `process` runs from
+    the forward on updates nothing, reads no gradient, and reads no value made before it by a
+    call of anything but a module whose weights the step leaves alone."""
+    if built is None or source is None or built.source is not source or made.source is not source or not stepped \
+            or not isinstance(scope, ast.FunctionDef) or not isinstance(built.scope, ast.FunctionDef) \
+            or scope is built.scope or src.parent(scope) is not src.parent(built.scope) \
+            or not isinstance(src.parent(scope), ast.ClassDef):
+        return None
+    maker, body = built.scope, scope.body
+    step_stmt = src.innermost_statement(scope, step.row)
+    if step_stmt not in body or failing not in body or src.enclosing_block(built.store) is not maker.body \
+            or {(s.filename, s.row) for s in steps} != {(source.filename, step_stmt.lineno)}:
+        return None
+    stepped_at, end = body.index(step_stmt), body.index(step_stmt)
+    own = update_receiver(step_stmt, "step")
+    while end + 1 < body.index(failing) and update_receiver(body[end + 1], "zero_grad") == own:
+        end += 1
+    moved = body[:end + 1]
+    if own is None or not only_updates(moved) or not any(src.call_named(s, "backward") for s in moved[:stepped_at]) \
+            or not all(any(src.call_named(s, name) for name in UPDATE_CALLS) for s in moved):
+        return None
+    # The caller: `a, b = obj.<maker>(...)`, then `obj.<this method>(...)`, the only calls of each.
+    index = next((i for i, f in enumerate(ctx.frames) if f.f_code.co_name == scope.name
+                  and f.f_code.co_firstlineno == scope.lineno and f.f_code.co_filename == source.filename), None)
+    if index is None or index + 1 >= len(ctx.frames) or ctx.frames[index + 1].f_code.co_filename != source.filename:
+        return None
+    caller_frame = ctx.frames[index + 1]
+    block = src.enclosing_block(made.store) if isinstance(made.store, ast.stmt) else []
+    following = block[block.index(made.store) + 1] if made.store in block[:-1] else None
+    call = following.value if isinstance(following, ast.Expr) else None
+    assigned = made.store
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute) or call.func.attr != scope.name \
+            or not following.lineno <= caller_frame.f_lineno <= following.end_lineno \
+            or not isinstance(assigned, ast.Assign) or len(assigned.targets) != 1 \
+            or not isinstance(assigned.targets[0], ast.Tuple) or not isinstance(assigned.value, ast.Call) \
+            or not isinstance(assigned.value.func, ast.Attribute) or assigned.value.func.attr != maker.name \
+            or src.canonical(assigned.value.func.value) != src.canonical(call.func.value):
+        return None
+    receiver = src.canonical(call.func.value)
+    for method in (maker.name, scope.name):
+        calls = [c for c in src.all_nodes(source.tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                 and c.func.attr == method and src.canonical(c.func.value) in (receiver, "self")]
+        if len(calls) != 1:
+            return None
+    returns = [n for n in ast.walk(maker) if isinstance(n, ast.Return)]
+    if len(returns) != 1 or returns[0] is not maker.body[-1] or not isinstance(returns[0].value, ast.Tuple):
+        return None
+    returned, unpacked = returns[0].value.elts, [src.canonical(t) for t in assigned.targets[0].elts]
+    # Each parameter the update reads, as `process` names what it returns in its place.
+    renamed = {}
+    parameters = src.parameter_names(scope) - {"self"}
+    for name in {n for stmt in moved for n in src.names_read(stmt)} & parameters:
+        argument = src.argument_for(scope, call, name)
+        while isinstance(argument, ast.Call) and isinstance(argument.func, ast.Attribute) \
+                and argument.func.attr in ("to", "cuda", "cpu"):
+            argument = argument.func.value  # moves the tensor, and passes its gradient back unchanged
+        position = unpacked.index(argument.id) if isinstance(argument, ast.Name) and argument.id in unpacked else None
+        if position is None or len(returned) != len(unpacked) or not isinstance(returned[position], ast.Name):
+            return None
+        renamed[name] = returned[position].id
+    if any(n.split(".")[0] != "self" and src.is_local(scope, n.split(".")[0]) and n not in renamed
+           for stmt in moved for n in src.names_read(stmt)):
+        return None
+    forward = maker.body.index(built.store)
+    after = maker.body[forward:]
+    if src.names_bound(after) & set(renamed.values()) \
+            or any(src.call_named(stmt, name) is not None for stmt in after for name in UPDATE_CALLS) \
+            or any(isinstance(n, ast.Attribute) and n.attr == "grad" for stmt in after for n in ast.walk(stmt)):
+        return None
+    # What the forward and the statements after it read that was made before it, all the way
+    # back: only modules whose weights the step leaves alone may have made it.
+    ran = Scope(source, maker, ctx.frames[index].f_locals.get("self"))
+    needed = {n.split(".")[0] for stmt in after for n in src.names_read(stmt)} - set(renamed.values())
+    before = maker.body[:forward]
+    for stmt in reversed(before):
+        if not src.names_bound([stmt]) & needed:
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and not _leaves_alone(ran, node.func, stepped):
+                return None
+        needed |= {n.split(".")[0] for n in src.names_read(stmt)}
+    lines = []
+    for stmt in moved:
+        for line in statement_text(source, stmt):
+            for name, new in renamed.items():
+                line = re.sub(rf"(?<![\w.]){re.escape(name)}(?!\w)", new, line)
+            lines.append(line)
+    edits = (*(delete_lines(source, stmt) for stmt in moved), insert_lines_before(source, built.store, lines))
+    first, final = moved[0].lineno, moved[-1].end_lineno
+    return Fix(f"Update `{own}` in `{maker.name}`, before `{built.target_text}` is built: move its update (lines "
+               f"{first}-{final} of `{scope.name}`) before line {built.store.lineno}, so this backward goes "
+               f"through the weights that step made, as after a recompute, with nothing run twice", edits, "safe")
+
+
+def _leaves_alone(where: Scope, func: ast.expr, stepped: set[int]) -> bool:
+    """Whether calling `func` can bring none of the `stepped` weights into a graph: a module
+    with none of them, a value that is no Python function (torch's own, a class), or a tensor's
+    method on a local of a function that has run (whose value is gone)."""
+    value = runtime_value(where, func)
+    if value is None:
+        # `outputs.to(DEVICE)`; a local called itself may be a model.
+        return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+            and src.is_local(where.node, func.value.id) and hasattr(torch.Tensor, func.attr)
+    if isinstance(value, torch.nn.Module):
+        return not {id(p) for p in value.parameters()} & stepped
+    return not (callable(value) and hasattr(value, "__code__") or hasattr(value, "__func__"))
 
 
 def _own_update_first_through_helper(ctx, carrier: Candidate, steps) -> Fix | None:
