@@ -1097,8 +1097,7 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
     made_between = src.names_bound(between)
     if made_between & {n for stmt in moved for n in src.names_read(stmt)}:
         return None
-    if any(src.call_named(stmt, name) is not None for stmt in between for name in UPDATE_CALLS) \
-            or any(isinstance(n, ast.Attribute) and n.attr == "grad" for stmt in between for n in ast.walk(stmt)):
+    if _updates_or_reads_gradients(between):
         return None
     stepped_weights = trained_by(ctx.lookup(own, source.filename))
     read_between = {n for stmt in between for n in src.names_read(stmt)} - made_between
@@ -1110,6 +1109,13 @@ def _update_before_the_forward(ctx, source, located: Located, step: StepCall, st
     return Fix(f"Update `{own}` before `{located.target_text}` is built: move its update (lines {first}-{final}) "
                f"before line {located.store.lineno}, so this backward goes through the weights that step made, "
                f"as after a recompute, with nothing run twice", edits, "safe")
+
+
+def _updates_or_reads_gradients(statements) -> bool:
+    """Whether `statements` run an update call (backward, step, zero_grad, clipping) or read a
+    `.grad`: an update moved past them would change what they see."""
+    return any(src.call_named(stmt, name) is not None for stmt in statements for name in UPDATE_CALLS) \
+        or any(isinstance(n, ast.Attribute) and n.attr == "grad" for stmt in statements for n in ast.walk(stmt))
 
 
 def _update_before_the_forward_in_its_method(ctx, source, scope, made: Located, built: Located | None,
@@ -1188,8 +1194,7 @@ def _update_before_the_forward_in_its_method(ctx, source, scope, made: Located, 
     forward = maker.body.index(built.store)
     after = maker.body[forward:]
     if src.names_bound(after) & set(renamed.values()) \
-            or any(src.call_named(stmt, name) is not None for stmt in after for name in UPDATE_CALLS) \
-            or any(isinstance(n, ast.Attribute) and n.attr == "grad" for stmt in after for n in ast.walk(stmt)):
+            or _updates_or_reads_gradients(after):
         return None
     # What the forward and the statements after it read that was made before it, all the way
     # back: only modules whose weights the step leaves alone may have made it.
