@@ -40,6 +40,9 @@ MISSES = {
                                            "the record, the last backward's mark is estimated inside the window",
     "real/nf_soft_mining_prop_viewdirs": "names `loss_d['rgb']` (322), the hooked run `rgb` (305): neither "
                                          "is the label (tests/test_samples.py NOT_YET)",
+    "real/styletts2_slm_disc_step_before_gen": "without the record of `optimizer.step('wd')`, nothing tells which "
+                                               "of the models holding the weight the step updates: named "
+                                               "`wl.wd.conv_post.weight` where `slmadv` ran (191)",
     "real/spd_pgd_final_fwd_bwd": "the `autograd.grad` that freed the graph ran in a helper three calls down "
                                   "from a statement of this pass, behind a `functools.partial`",
     "real/atomistic_attacks_forces_grad_frees_energy_graph": "the `autograd.grad` that freed the graph ran "
@@ -68,7 +71,6 @@ HOOKED_WRONG = {
     "real/adaptive_navigation_cached_gat_state_after_step",
     "real/deep_object_reid_center_loss_step_before_total_backward",
     "real/keras_stateful_lstm_state_assign",
-    "real/styletts2_slm_disc_step_before_gen",
 }
 
 

@@ -3982,3 +3982,73 @@ def test_an_update_that_opens_the_next_method_moves_before_the_forward_in_the_me
         script.write_text(changed)
         fixes = explain_run(script).findings[0]["fixes"]
         assert not [f for f in fixes if f["message"].startswith("Update `self.opt_d` in `losses`")]
+
+
+UPDATE_LAST_IN_THE_PASS = """
+    import torch
+
+    torch.manual_seed(0)
+    gen = torch.nn.Linear(3, 3)
+    dis = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(dis.parameters(), lr=0.1)
+
+
+    def losses(x, real):
+        fake = gen(x)
+        d_loss = (1 - dis(real)).relu().mean() + (1 + dis(fake.detach())).relu().mean()
+        g_loss = -dis(fake).mean()
+        return d_loss, g_loss
+
+
+    for i in range(3):
+        x, real = torch.randn(5, 3), torch.randn(5, 3)
+        opt_g.zero_grad()
+        opt_d.zero_grad()
+        d_loss, g_loss = losses(x, real)
+        if i % 2 == 0:
+            opt_d.zero_grad()
+            d_loss.backward()
+            opt_d.step()
+        opt_g.zero_grad()
+        opt_d.zero_grad()
+        g_loss.backward()
+        norm = {"gen": 0.0}
+        for p in gen.parameters():
+            norm["gen"] += p.grad.norm().item() ** 2
+        if norm["gen"] > 1.0:
+            for p in gen.parameters():
+                p.grad *= 1 / norm["gen"] ** 0.5
+        opt_g.step()
+"""
+
+
+def test_an_update_between_a_forward_and_the_other_loss_s_backward_moves_to_the_end_of_the_pass(explain_run,
+                                                                                                  tmp_path):
+    """One forward makes both losses; the discriminator steps (in its `if`) before the generator's
+    backward through it. Its update moves to the end of the pass, after the generator's gradient
+    scaling and step, as StyleTTS2's maintainers did: offered first and safe, the script runs
+    clean and trains what that order trains. Not where the generator's statements write into a
+    tensor the moved backward's graph saved (`real`), where the discriminator's loss also reaches
+    the generator, or where nothing cleared what the moved backward left in the discriminator's
+    gradients before the generator's backward."""
+    code = textwrap.dedent(UPDATE_LAST_IN_THE_PASS).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    moved = "Run the update that `opt_d.step()` ends (lines 22-25) last in the loop's pass"
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert fix["message"].startswith(moved) and fix["applicability"] == "safe", fix["message"]
+    patched = apply_edits(code, Fix.from_json(fix).edits)
+    twin = code.replace("    if i % 2 == 0:\n        opt_d.zero_grad()\n        d_loss.backward()\n        opt_d.step()\n",
+                        "") + "    if i % 2 == 0:\n        opt_d.zero_grad()\n        d_loss.backward()\n        opt_d.step()\n"
+    assert patched == twin
+    script.write_text(patched)
+    assert explain_run(script).findings == []
+
+    for changed in (code.replace("    opt_g.step()\n", "    opt_g.step()\n    real.mul_(0.5)\n"),
+                    code.replace("dis(fake.detach())", "dis(fake)"),
+                    code.replace("    opt_g.zero_grad()\n    opt_d.zero_grad()\n    g_loss", "    opt_g.zero_grad()\n    g_loss")):
+        assert changed != code
+        script.write_text(changed)
+        fixes = explain_run(script).findings[0]["fixes"]
+        assert not [f for f in fixes if f["message"].startswith("Run the update that")], changed

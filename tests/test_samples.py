@@ -29,10 +29,6 @@ NOT_YET: dict[str, str] = {
     "real/anomaly_prediction_d_step_before_g_backward": "every fix offered steps each optimizer with its own loss's "
                                                         "gradients; the twin steps both after both backwards, "
                                                         "so the generator's loss also reaches the discriminator's",
-    "real/styletts2_slm_disc_step_before_gen": "named `wl.wd.conv_post.weight` at the user's call (line 191), not "
-                                               "`model.wd` where WavLMLoss.generator calls it (114); fixes[0] "
-                                               "recomputes after the discriminator's step, the twin updates the "
-                                               "generator first",
     "real/deep_object_reid_center_loss_step_before_total_backward": "the centers are named, but where the "
                                                                      "metric loss kept its graph (83), not at "
                                                                      "its call (192), and no fix: the twin moves "

@@ -1309,6 +1309,126 @@ def update_moved_after(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.
     return moved, end, anchor
 
 
+# Calls the statements after an update may make and still only read or scale gradients and
+# step: reading a model's parameters or a tensor's norm, clipping, stepping.
+_GRADIENT_WORK_CALLS = frozenset({
+    "step", "zero_grad", "clip_grad_norm_", "clip_grad_value_", "parameters", "named_parameters", "keys",
+    "values", "items", "item", "norm", "detach", "append", "len", "range", "print", "float", "int", "min",
+    "max", "sum", "abs", "enumerate", "zip", "list", "dict", "isinstance", "sqrt", "pow"})
+
+
+def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.stmt) \
+        -> list[ast.stmt] | None:
+    """StyleTTS2's `if d_loss_slm != 0: optimizer.zero_grad(); d_loss_slm.backward();
+    optimizer.step('wd')`, then `optimizer.zero_grad(); loss_gen_lm.backward()`, whose graph
+    the discriminator's step changed, and the generator's update runs to the end of the loop's
+    pass (gradient norms, scaling, its steps): the statements that move to the end of the pass,
+    as the maintainers moved them. Those are the update `step_stmt` ends, from its optimizer's
+    `zero_grad()` (or the `if` whose body is that update alone, its test calling nothing), where
+    `block` is a loop's body holding it and `failing`; only `zero_grad()` calls and plain
+    assignments between them, and after `failing` only statements that read or scale gradients
+    and step (`_GRADIENT_WORK_CALLS`, in-place writes only into a `.grad`, no `break`, `continue`
+    or `return`); neither side reads what the other binds; and the pass begins by clearing what
+    the moved `zero_grad()` clears (the same `zero_grad()` call, before its first backward or step
+    and any `.grad` read), so clearing it again at the end of the pass leaves the next pass's
+    gradients as they were."""
+    loop = src.parent(failing)
+    if not isinstance(loop, (ast.For, ast.While)) or loop.body is not block:
+        return None
+    stepped = update_receiver(step_stmt, "step")
+    holder = src.parent(step_stmt)
+    unit = step_stmt if any(stmt is step_stmt for stmt in block) else holder
+    at = {id(stmt): index for index, stmt in enumerate(block)}
+    if stepped is None or id(unit) not in at or id(failing) not in at or at[id(unit)] >= at[id(failing)]:
+        return None
+    if unit is holder:
+        if not isinstance(holder, ast.If) or holder.orelse or any(isinstance(n, ast.Call) for n in ast.walk(holder.test)):
+            return None
+        own = holder.body
+        moved = [holder]
+    else:
+        zeroed = [i for i in range(at[id(unit)]) if update_receiver(block[i], "zero_grad") == stepped]
+        if not zeroed:
+            return None
+        own = moved = block[zeroed[-1]:at[id(unit)] + 1]
+    zeroing = next((stmt for stmt in own if update_receiver(stmt, "zero_grad") == stepped), None)
+    if zeroing is None or own[-1] is not step_stmt or not only_updates(own) \
+            or sum(src.call_named(stmt, "backward") is not None for stmt in own) != 1:
+        return None
+    between = block[at[id(moved[-1])] + 1:at[id(failing)]]
+    rest = block[at[id(failing)] + 1:]
+    if not only_updates(between) or any(src.call_named(stmt, name) is not None for stmt in between
+                                        for name in ("backward", "step")) \
+            or not any(update_receiver(stmt, "step") is not None for stmt in rest) or not _gradient_work(rest):
+        return None
+    others = [*between, failing, *rest]
+    if _bound_in(moved) & set().union(*map(src.names_read, others)) \
+            or _bound_in(others) & set().union(*map(src.names_read, moved)):
+        return None
+    opening = []  # the pass's statements before its first backward or step
+    for stmt in block[:at[id(moved[0])]]:
+        if any(src.call_named(stmt, m) is not None for m in ("backward", "step")):
+            break
+        opening.append(stmt)
+    clears = next((i for i, stmt in enumerate(opening) if isinstance(stmt, ast.Expr)
+                   and src.canonical(stmt.value) == src.canonical(zeroing.value)), None)
+    reads_gradients = clears is not None and any(
+        isinstance(node, ast.Attribute) and node.attr == "grad" for stmt in opening[:clears] for node in ast.walk(stmt))
+    return moved if clears is not None and not reads_gradients else None
+
+
+def _bound_in(statements) -> set[str]:
+    """Every name the statements bind, in nested blocks and loops' targets too."""
+    return {n.id for stmt in statements for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _gradient_work(statements) -> bool:
+    """Whether the statements only read or scale gradients and step (see update_moved_to_the_end):
+    they write in place only into a `.grad` or into a container they made (`total_norm = {}`)."""
+    made = _made_containers(statements)
+    for node in (n for stmt in statements for n in ast.walk(stmt)):
+        if isinstance(node, (ast.Return, ast.Break, ast.Continue, ast.Yield, ast.YieldFrom, ast.Raise, ast.With,
+                             ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Delete, ast.Global,
+                             ast.Nonlocal, ast.Await)):
+            return False
+        if isinstance(node, ast.Call):
+            name = src.called_name(node)
+            if name not in _GRADIENT_WORK_CALLS and not (name.endswith("_") and _into_a_gradient(node.func)):
+                return False
+        targets = [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) \
+            else node.targets if isinstance(node, ast.Assign) else []
+        for target in targets:
+            written = isinstance(node, ast.AugAssign) or not isinstance(target, (ast.Name, ast.Tuple, ast.List))
+            base = target
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if written and not (isinstance(base, ast.Attribute) and base.attr == "grad"
+                                or isinstance(base, ast.Name) and base.id in made):
+                return False
+    return True
+
+
+def _made_containers(statements) -> set[str]:
+    """The names the statements bind only to a literal or a display they make (`total_norm = {}`,
+    `total_norm[key] = 0`): what they write into is theirs, never a tensor a graph saved."""
+    fresh, other = set(), set()
+    for node in (n for stmt in statements for n in ast.walk(stmt)):
+        for target in node.targets if isinstance(node, ast.Assign) else []:
+            if isinstance(target, ast.Name):
+                (fresh if isinstance(node.value, (ast.Constant, ast.Dict, ast.List, ast.Set, ast.Tuple, ast.DictComp,
+                                                  ast.ListComp, ast.SetComp)) else other).add(target.id)
+        if isinstance(node, (ast.For, ast.comprehension)):
+            other |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            other.add(node.target.id)
+    return fresh - other
+
+
+def _into_a_gradient(func: ast.expr) -> bool:
+    """`p.grad.mul_` : an in-place method called on a `.grad`."""
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "grad"
+
+
 def _one_statement_loop(stmt: ast.stmt) -> ast.For | None:
     """The `for` loop around `stmt` whose whole body `stmt` is (`for q_i in range(n):
     opts[q_i].step()`): one update of an ensemble."""

@@ -1,7 +1,7 @@
 # source: https://github.com/yl4579/StyleTTS2/issues/11 — train_second.py fails at loss_gen_lm.backward() with "modified by an inplace operation" once SLM adversarial training starts (joint_epoch)
 # fix-source: https://github.com/yl4579/StyleTTS2/pull/15 + commit e2fabb3 (maintainer, "fix buggy logic from #15 per #74") — back-propagate loss_gen_lm and step the generator modules first, then run the SLM discriminator's backward and optimizer.step('wd')
 # expect-kind: inplace-modified
-# expect-culprit: model.wd.conv_post.weight
+# expect-culprit: model['wd'].conv_post.weight
 from types import SimpleNamespace
 
 import torch

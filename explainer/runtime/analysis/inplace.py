@@ -31,6 +31,7 @@ from ...reading.training import (
     runs_backward,
     step_after,
     update_moved_after,
+    update_moved_to_the_end,
     update_receiver,
     whole_update,
 )
@@ -55,7 +56,14 @@ from .locate import (
     through_plain_alias,
 )
 from .made_from import Scope, made_by_calling, runtime_value
-from .trained import left_unused, optimizer_parameters, parameters_under, reads_on_the_way, trained_by
+from .trained import (
+    held_optimizers,
+    left_unused,
+    optimizer_parameters,
+    parameters_under,
+    reads_on_the_way,
+    trained_by,
+)
 
 
 def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | None:
@@ -65,10 +73,10 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     full = graph.walk(roots)
     failing_key, saved_name = _failing_saved(full)
     parameter = _modified_parameter(full, failing_key, detail)
-    parameter_name = _parameter_name(ctx, parameter) if parameter is not None else None
     failing_seq = full.seq.get(failing_key, 0) if failing_key is not None else 0
     steps = [s for s in ctx.steps if s.mark > failing_seq and (ctx.call is None or s.tick < ctx.call.tick)]
     step = _step_for(steps, parameter)
+    parameter_name = _parameter_name(ctx, parameter, step) if parameter is not None else None
     load = load_that_changed(ctx, failing_seq, parameter, step)
     if load is not None:
         # `target.load_state_dict(...)` wrote into the parameter after the graph saved it.
@@ -178,7 +186,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                              "unsafe" if stale or recompute.applicability == "unsafe" else "safe"))
         fixes.append(_update_before_the_forward(ctx, source, located, step, steps, failing, full)
                      or _update_before_the_forward_in_its_method(
-                         ctx, source, scope, located, _built_in_a_callee(ctx, carrier, parameter), step, steps,
+                         ctx, source, scope, located, _built_in_a_callee(ctx, carrier, parameter, step), step, steps,
                          failing, optimizer_parameters(steps)))
         fixes.append(_own_update_first_through_helper(ctx, carrier, steps))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
@@ -198,6 +206,10 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         else:
             fixes.append(after or _reorder_step(ctx, source, scope, step, failing)
                          or _step_after_the_loop(source, scope, step, failing))
+        last = _update_last(ctx, source, scope, step, step_row, failing) if after is None else None
+        if last is not None:
+            # One forward made both losses: each update takes its gradient where the forward ran.
+            fixes.insert(0 if _made_with_the_moved_loss(ctx, scope, failing) else len(fixes), last)
         # Its own update first, the other way to order the updates: after a recompute (as
         # FiredUp's DDPG, toshikwa's SAC and Spinning Up do it), before it where none is offered
         # or where this graph's forward ran before those of the losses that stepped (rlkit's SAC).
@@ -211,7 +223,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     culprits = []
     built_name = carrier.name if carrier is not None else ""
     if located is not None:
-        built = _built_in_a_callee(ctx, carrier, parameter) if not _calls_a_holder(located, name) else None
+        built = _built_in_a_callee(ctx, carrier, parameter, step) if not _calls_a_holder(located, name) else None
         if built is not None:
             # Where the model ran, as the helper path above names it.
             name = _as_read_in(built, name)
@@ -288,20 +300,35 @@ def _module_call_at(located: Located, parameter: str) -> Location:
     return located.location
 
 
-def _built_in_a_callee(ctx, carrier: Candidate, parameter) -> Located | None:
+def _built_in_a_callee(ctx, carrier: Candidate, parameter, step: StepCall | None) -> Located | None:
     """Where the model holding `parameter` ran, when the carrier's statement calls no such model
     but a function of the user's that did: `qf2_pi = self.critic_local_2(state_batch)` inside
-    `calculate_actor_loss`, whose loss SAC-Discrete's `learn` binds to `policy_loss`."""
+    `calculate_actor_loss`, whose loss SAC-Discrete's `learn` binds to `policy_loss`. Where the
+    carrier's own statement calls a model that holds it among weights `step` does not update
+    (StyleTTS2's SLM loss wrapper, over the frozen WavLM and the discriminator), where a model
+    that step updates all of ran inside it (`self.wd(y_rec_embeddings)`)."""
     if parameter is None:
         return None
     located, frame = carrier.located, ctx.frames[carrier.binding.frame_index]
     if located.source.filename != frame.f_code.co_filename or not isinstance(located.store, ast.stmt):
         return None
     values = {**frame.f_globals, **frame.f_locals}
-    found = made_by_calling(Scope(located.source, located.scope, values.get("self"), values),
-                            src.canonical(located.target_text), located.store.end_lineno + 1,
-                            lambda model: isinstance(model, torch.nn.Module)
-                            and any(p is parameter for p in model.parameters()))
+
+    stepped = trained_by(step.optimizer()) if step is not None else set()
+    ran = []  # the model each accepted call ran, the last one last
+
+    def holds(model) -> bool:
+        ran.append(model)
+        return isinstance(model, torch.nn.Module) and any(p is parameter for p in model.parameters())
+
+    def updated(model) -> bool:
+        return holds(model) and all(id(p) in stepped for p in model.parameters())
+
+    start = Scope(located.source, located.scope, values.get("self"), values)
+    expression, before = src.canonical(located.target_text), located.store.end_lineno + 1
+    found = made_by_calling(start, expression, before, holds)
+    if found is not None and found[0].node is located.scope and stepped and not updated(ran[-1]):
+        found = made_by_calling(start, expression, before, updated)
     if found is None or found[0].node is located.scope:
         return None  # made in the carrier's own function (tianshou's `obs_result = self(batch)`)
     where, assignment = found
@@ -617,23 +644,28 @@ def _reads_history(ctx, located: Located) -> bool:
                for b in ctx.bindings())
 
 
-def _parameter_name(ctx, parameter) -> str | None:
+def _parameter_name(ctx, parameter, step: StepCall | None) -> str | None:
     """The parameter as the innermost frame names it, unless that name comes from an argument
     of its function (`model` of `_optimize_step(self, losses, total_loss, model, opt)`): then
-    as the caller named what it passed (`self.model.generator.goal_init`)."""
+    as the caller named what it passed (`self.model.generator.goal_init`). Of the models a frame
+    holds it under, the one `step`'s optimizer trains all of comes first: StyleTTS2's
+    `model['wd']`, which `optimizer.step('wd')` updates, not the loss `wl` that also holds the
+    frozen WavLM."""
+    stepped = trained_by(step.optimizer()) if step is not None else set()
     names = []
     for expression, module, index in naming.module_bindings(ctx.frames):
         for dotted, candidate in module.named_parameters():
             if candidate is parameter:
-                names.append((_passed_in(ctx, index, expression), index, len(expression),
+                updated = bool(stepped) and all(id(p) in stepped for p in module.parameters())
+                names.append((_passed_in(ctx, index, expression), index, not updated, len(expression),
                               naming.parameter_name(expression, dotted)))
     for binding in ctx.bindings():
         if binding.value is parameter:
-            names.append((_passed_in(ctx, binding.frame_index, binding.expression), binding.frame_index, 99,
+            names.append((_passed_in(ctx, binding.frame_index, binding.expression), binding.frame_index, True, 99,
                           binding.expression))
     if not names:
         return None
-    passed, index, _, name = min(names)
+    passed, index, _, _, name = min(names)
     return _as_the_caller_names(ctx, index, name) if passed else name
 
 
@@ -922,6 +954,75 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
         return None  # the moved backward would still need weights the other step changed
     return reorder_updates.update_after(source, moved, end, call, stepped, backward[0],
                                         keep_to_own=bool(parameters_under(loss.grad_fn) & changed), anchor=anchor)
+
+
+def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, failing) -> Fix | None:
+    """StyleTTS2: the SLM discriminator's update (`optimizer.zero_grad(); d_loss_slm.backward();
+    optimizer.step('wd')`) runs between the forward that made both of its losses and the
+    generator's `loss_gen_lm.backward()`, which then fails on the discriminator's weights. The
+    discriminator's update moves to the end of the loop's pass, after the generator's, as the
+    maintainers moved it (`update_moved_to_the_end` reads which statements move and past
+    what). Each backward then goes through the weights its graph was built with. Safe where the
+    moved backward reaches only what its own optimizer trains, and none of the weights any other
+    optimizer the program holds steps in the meantime; where the two graphs share no node (the
+    generator's backward frees its own); and where what the moved backward left in gradients was
+    cleared (a recorded zero_grad()) before this backward ran, so every step after it sees the
+    gradients it saw before. `step_row` is the row of `scope` that stepped (the user's
+    `optimizer.step('wd')`, where the step itself ran in MultiOptimizer.step)."""
+    if source is None or failing is None or step_row is None or step.filename != source.filename \
+            or ctx.call is None or ctx.zeroings is None:
+        return None
+    step_stmt = src.statement_at(scope, step_row, step.column if step_row == step.row else None)
+    moved = update_moved_to_the_end(src.enclosing_block(failing), step_stmt, failing) \
+        if step_stmt is not None else None
+    optimizer = step.optimizer()
+    if moved is None or not isinstance(optimizer, torch.optim.Optimizer):
+        return None
+    call = next(c for stmt in moved for node in ast.walk(stmt) for c in [node]
+                if isinstance(c, ast.Call) and src.called_name(c) == "backward")
+    loss = _backward_loss(ctx, source, call)
+    if loss is None or loss.grad_fn is None:
+        return None
+    reached, own = parameters_under(loss.grad_fn), trained_by(optimizer)
+    others = set().union(*(trained_by(o) for o in held_optimizers(ctx.frames) if o is not optimizer))
+    if not reached or not reached <= own or reads_on_the_way(loss.grad_fn, reached, others):
+        return None
+    theirs, mine = graph.walk([loss.grad_fn]), graph.walk(ctx.root_nodes())
+    if not theirs.complete or not mine.complete or any(
+            key in mine.nodes and not graph.is_leaf(node) for key, node in theirs.nodes.items()):
+        return None
+    if len(ctx.zeroings) >= hooks.ZEROINGS_KEPT and ctx.zeroings[0].tick > step.tick:
+        return None  # the record may have lost a zeroing made since the step
+    cleared: set[int] = set()
+    for zeroing in ctx.zeroings:
+        owner = zeroing.owner()
+        if step.tick < zeroing.tick < ctx.call.tick and owner is not None and hooks.zeroings_recorded(owner):
+            cleared |= _parameters_of(owner) or set()
+    if not reached <= cleared:
+        return None
+    first, final = moved[0].lineno, moved[-1].end_lineno
+    block = src.enclosing_block(failing)
+    edits = reorder_updates.move_lines(source, moved, block[-1], after=True)
+    return Fix(f"Run the update that `{source.segment(step_stmt)}` ends (lines {first}-{final}) last in the loop's "
+               f"pass, after line {block[-1].end_lineno}: this backward and the moved one then each go through the "
+               f"weights their graph was built with, and every step sees the gradients it saw before", edits, "safe")
+
+
+def _made_with_the_moved_loss(ctx, scope, failing) -> bool:
+    """Whether this backward's loss and the one the previous backward went through were bound by
+    one statement (StyleTTS2's `d_loss_slm, loss_gen_lm, y_pred = slm_out`): one forward made
+    both, and the code means both gradients at the weights it ran with."""
+    previous = ctx.previous
+    call = src.call_named(failing, "backward")
+    _, _, previous_stmt = ctx.site_statement(previous.filename, previous.row) if previous is not None \
+        else (None, None, None)
+    before = src.call_named(previous_stmt, "backward") if previous_stmt is not None else None
+    if call is None or before is None or not isinstance(call.func, ast.Attribute) \
+            or not isinstance(before.func, ast.Attribute):
+        return False
+    mine = src.last_assignment(scope, src.canonical(call.func.value), failing.lineno)
+    theirs = src.last_assignment(scope, src.canonical(before.func.value), previous_stmt.lineno)
+    return mine is not None and theirs is not None and mine.stmt is theirs.stmt
 
 
 def _keep_to_own(ctx, source, step: StepCall, failing, steps) -> Fix | None:

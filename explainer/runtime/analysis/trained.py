@@ -28,11 +28,20 @@ def optimizer_parameters(steps) -> set[int]:
 def every_optimizer_parameter(steps, frames) -> set[int]:
     """The parameters of every optimizer the program holds, not only of those that have stepped
     so far: the generator's optimizer steps after the critic's first steps, and what it trains
-    is trained all the same. Looked for in the user's frames: their variables, and one level
-    into the objects, lists and dicts those hold (`self.optimizer_G`)."""
+    is trained all the same."""
+    ids = optimizer_parameters(steps)
+    for optimizer in held_optimizers(frames):
+        ids |= trained_by(optimizer)
+    return ids
+
+
+def held_optimizers(frames) -> list:
+    """Every optimizer the user's frames hold: in their variables, and one level into the
+    objects, lists and dicts those hold (`self.optimizer_G`, StyleTTS2's
+    `optimizer.optimizers['wd']`)."""
     import torch
 
-    ids = optimizer_parameters(steps)
+    found: list = []
     seen: set[int] = set()
 
     def look(value, depth: int) -> None:
@@ -40,7 +49,7 @@ def every_optimizer_parameter(steps, frames) -> set[int]:
             return
         seen.add(id(value))
         if isinstance(value, torch.optim.Optimizer):
-            ids.update(trained_by(value))
+            found.append(value)
         elif depth > 0 and isinstance(value, (list, tuple)):
             for item in value[:64]:
                 look(item, depth - 1)
@@ -56,7 +65,7 @@ def every_optimizer_parameter(steps, frames) -> set[int]:
         for scope in (frame.f_locals, frame.f_globals):
             for value in list(scope.values()):
                 look(value, 2)
-    return ids
+    return found
 
 
 def trained_by(optimizer) -> set[int]:
