@@ -4052,3 +4052,58 @@ def test_an_update_between_a_forward_and_the_other_loss_s_backward_moves_to_the_
         script.write_text(changed)
         fixes = explain_run(script).findings[0]["fixes"]
         assert not [f for f in fixes if f["message"].startswith("Run the update that")], changed
+
+
+WORLD_MODEL_STEPPED_FIRST = """
+    import torch
+
+    torch.manual_seed(0)
+    world = torch.nn.Linear(3, 3)
+    actor = torch.nn.Linear(3, 1)
+    actor_parameters = actor.parameters()
+    opt_w = torch.optim.SGD(world.parameters(), lr=0.1)
+    opt_a = torch.optim.SGD(actor_parameters, lr=0.1)
+
+
+    def losses(x):
+        feat = world(x)
+        imagined = world(actor(x).expand(-1, 3))
+        return (feat - x).pow(2).mean(), -imagined.mean()
+
+
+    for _ in range(3):
+        opt_w.zero_grad()
+        opt_a.zero_grad()
+        world_loss, actor_loss = losses(torch.randn(5, 3))
+        world_loss.backward()
+        opt_w.step()
+        opt_a.zero_grad()
+        actor_loss.backward()
+        torch.nn.utils.clip_grad_norm_(actor_parameters, 1.0)
+        opt_a.step()
+"""
+
+
+def test_a_world_model_s_update_moves_last_with_a_copy_of_the_zero_grad_that_opens_the_pass(explain_run, tmp_path):
+    """Dreamer: the world model's backward and step run between the forward and the actor's
+    backward through the world model's weights. They move to the end of the pass, after the
+    actor's update, with a copy of `opt_w.zero_grad()` before them (the actor's backward now
+    reaches the world model first): safe, since nothing after the actor's backward reads the
+    world model's gradients; the clip reads a generator the optimizer spent. Not where a clip
+    after it reads the world model's gradients."""
+    code = textwrap.dedent(WORLD_MODEL_STEPPED_FIRST).lstrip()
+    script = tmp_path / "train.py"
+    script.write_text(code)
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert fix["message"].startswith("Run the update that `opt_w.step()` ends (lines 21-22) last in the loop's pass, "
+                                     "with a copy of `opt_w.zero_grad()` before it") \
+        and fix["applicability"] == "safe", fix["message"]
+    patched = apply_edits(code, Fix.from_json(fix).edits)
+    assert patched == code.replace("    world_loss.backward()\n    opt_w.step()\n", "") \
+        + "    opt_w.zero_grad()\n    world_loss.backward()\n    opt_w.step()\n"
+    script.write_text(patched)
+    assert explain_run(script).findings == []
+
+    script.write_text(code.replace("clip_grad_norm_(actor_parameters", "clip_grad_norm_(world.parameters()"))
+    fixes = explain_run(script).findings[0]["fixes"]
+    assert not [f for f in fixes if f["message"].startswith("Run the update that")]

@@ -1309,29 +1309,32 @@ def update_moved_after(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.
     return moved, end, anchor
 
 
-# Calls the statements after an update may make and still only read or scale gradients and
-# step: reading a model's parameters or a tensor's norm, clipping, stepping.
+# Calls the statements after an update may make and still only read, scale and add to gradients
+# and step: reading a model's parameters or a tensor's norm, clipping, back-propagating, stepping.
 _GRADIENT_WORK_CALLS = frozenset({
-    "step", "zero_grad", "clip_grad_norm_", "clip_grad_value_", "parameters", "named_parameters", "keys",
+    "backward", "step", "zero_grad", "clip_grad_norm_", "clip_grad_value_", "parameters", "named_parameters", "keys",
     "values", "items", "item", "norm", "detach", "append", "len", "range", "print", "float", "int", "min",
     "max", "sum", "abs", "enumerate", "zip", "list", "dict", "isinstance", "sqrt", "pow"})
 
 
 def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.stmt) \
-        -> list[ast.stmt] | None:
+        -> tuple[list[ast.stmt], ast.stmt | None] | None:
     """StyleTTS2's `if d_loss_slm != 0: optimizer.zero_grad(); d_loss_slm.backward();
     optimizer.step('wd')`, then `optimizer.zero_grad(); loss_gen_lm.backward()`, whose graph
     the discriminator's step changed, and the generator's update runs to the end of the loop's
-    pass (gradient norms, scaling, its steps): the statements that move to the end of the pass,
-    as the maintainers moved them. Those are the update `step_stmt` ends, from its optimizer's
-    `zero_grad()` (or the `if` whose body is that update alone, its test calling nothing), where
+    pass (gradient norms, scaling, its steps): (the statements that move to the end of the pass,
+    as the maintainers moved them; the `zero_grad()` to copy before them, or None). Those are the
+    update `step_stmt` ends, from its optimizer's `zero_grad()` (or the `if` whose body is that
+    update alone, its test calling nothing), or from its backward where the forward separates the
+    two (Dreamer's world model, whose `zero_grad()` opens the pass: a copy goes with it), where
     `block` is a loop's body holding it and `failing`; only `zero_grad()` calls and plain
     assignments between them, and after `failing` only statements that read or scale gradients
     and step (`_GRADIENT_WORK_CALLS`, in-place writes only into a `.grad`, no `break`, `continue`
     or `return`); neither side reads what the other binds; and the pass begins by clearing what
     the moved `zero_grad()` clears (the same `zero_grad()` call, before its first backward or step
     and any `.grad` read), so clearing it again at the end of the pass leaves the next pass's
-    gradients as they were."""
+    gradients as they were. Backward calls after `failing` are the runtime's to check (what
+    their graphs share with the moved one's)."""
     loop = src.parent(failing)
     if not isinstance(loop, (ast.For, ast.While)) or loop.body is not block:
         return None
@@ -1341,17 +1344,29 @@ def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing:
     at = {id(stmt): index for index, stmt in enumerate(block)}
     if stepped is None or id(unit) not in at or id(failing) not in at or at[id(unit)] >= at[id(failing)]:
         return None
+    prepended = None
     if unit is holder:
         if not isinstance(holder, ast.If) or holder.orelse or any(isinstance(n, ast.Call) for n in ast.walk(holder.test)):
             return None
         own = holder.body
         moved = [holder]
     else:
-        zeroed = [i for i in range(at[id(unit)]) if update_receiver(block[i], "zero_grad") == stepped]
-        if not zeroed:
+        backward = next((i for i in range(at[id(unit)] - 1, -1, -1)
+                         if src.call_named(block[i], "backward") is not None), None)
+        zeroed = [i for i in range(backward or 0) if update_receiver(block[i], "zero_grad") == stepped]
+        if backward is None or not zeroed:
             return None
-        own = moved = block[zeroed[-1]:at[id(unit)] + 1]
-    zeroing = next((stmt for stmt in own if update_receiver(stmt, "zero_grad") == stepped), None)
+        if all(update_receiver(stmt, "zero_grad") is not None for stmt in block[zeroed[-1]:backward]):
+            own = moved = block[zeroed[-1]:at[id(unit)] + 1]
+        elif any(src.call_named(stmt, name) is not None for stmt in block[zeroed[-1] + 1:backward]
+                 for name in ("backward", "step")):
+            return None
+        else:
+            # Dreamer: the pass opens with the world model's `zero_grad()`, then the forward: its
+            # backward to its step moves, a copy of that `zero_grad()` before them.
+            own = moved = block[backward:at[id(unit)] + 1]
+            prepended = block[zeroed[-1]]
+    zeroing = prepended or next((stmt for stmt in own if update_receiver(stmt, "zero_grad") == stepped), None)
     if zeroing is None or own[-1] is not step_stmt or not only_updates(own) \
             or sum(src.call_named(stmt, "backward") is not None for stmt in own) != 1:
         return None
@@ -1374,7 +1389,7 @@ def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing:
                    and src.canonical(stmt.value) == src.canonical(zeroing.value)), None)
     reads_gradients = clears is not None and any(
         isinstance(node, ast.Attribute) and node.attr == "grad" for stmt in opening[:clears] for node in ast.walk(stmt))
-    return moved if clears is not None and not reads_gradients else None
+    return (moved, prepended) if clears is not None and not reads_gradients else None
 
 
 def _bound_in(statements) -> set[str]:
@@ -1383,7 +1398,7 @@ def _bound_in(statements) -> set[str]:
 
 
 def _gradient_work(statements) -> bool:
-    """Whether the statements only read or scale gradients and step (see update_moved_to_the_end):
+    """Whether the statements only read, scale and add to gradients and step (see update_moved_to_the_end):
     they write in place only into a `.grad` or into a container they made (`total_norm = {}`)."""
     made = _made_containers(statements)
     for node in (n for stmt in statements for n in ast.walk(stmt)):

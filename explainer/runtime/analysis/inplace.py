@@ -4,6 +4,7 @@ needed it: a parameter by an optimizer step (or a hand-written update) after the
 from __future__ import annotations
 
 import ast
+import inspect
 import math
 import re
 import textwrap
@@ -20,7 +21,7 @@ from ...fixes.edits import (
     statement_text,
 )
 from ...fixes.edits import replace as replace_node
-from ...model import CallSite, Culprit, Evidence, Finding, Fix, Location
+from ...model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
 from ...reading import source as src
 from ...reading.training import (
     UPDATE_CALLS,
@@ -966,31 +967,42 @@ def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, faili
     moved backward reaches only what its own optimizer trains, and none of the weights any other
     optimizer the program holds steps in the meantime; where the two graphs share no node (the
     generator's backward frees its own); and where what the moved backward left in gradients was
-    cleared (a recorded zero_grad()) before this backward ran, so every step after it sees the
-    gradients it saw before. `step_row` is the row of `scope` that stepped (the user's
+    cleared (a recorded zero_grad()) before this backward ran, or nothing after this backward
+    reads those gradients (Dreamer's world model, whose update moves after the actor's and the
+    value model's, each stepping its own weights), so every step sees the gradients it saw
+    before. `step_row` is the row of `scope` that stepped (the user's
     `optimizer.step('wd')`, where the step itself ran in MultiOptimizer.step)."""
     if source is None or failing is None or step_row is None or step.filename != source.filename \
             or ctx.call is None or ctx.zeroings is None:
         return None
     step_stmt = src.statement_at(scope, step_row, step.column if step_row == step.row else None)
-    moved = update_moved_to_the_end(src.enclosing_block(failing), step_stmt, failing) \
-        if step_stmt is not None else None
+    block = src.enclosing_block(failing)
+    found = update_moved_to_the_end(block, step_stmt, failing) if step_stmt is not None else None
     optimizer = step.optimizer()
-    if moved is None or not isinstance(optimizer, torch.optim.Optimizer):
+    if found is None or not isinstance(optimizer, torch.optim.Optimizer):
         return None
-    call = next(c for stmt in moved for node in ast.walk(stmt) for c in [node]
-                if isinstance(c, ast.Call) and src.called_name(c) == "backward")
-    loss = _backward_loss(ctx, source, call)
+    moved, prepended = found
+    backward_calls = [node for stmt in moved for node in ast.walk(stmt)
+                      if isinstance(node, ast.Call) and src.called_name(node) == "backward"]
+    loss = _backward_loss(ctx, source, backward_calls[0])
     if loss is None or loss.grad_fn is None:
         return None
     reached, own = parameters_under(loss.grad_fn), trained_by(optimizer)
     others = set().union(*(trained_by(o) for o in held_optimizers(ctx.frames) if o is not optimizer))
     if not reached or not reached <= own or reads_on_the_way(loss.grad_fn, reached, others):
         return None
-    theirs, mine = graph.walk([loss.grad_fn]), graph.walk(ctx.root_nodes())
-    if not theirs.complete or not mine.complete or any(
-            key in mine.nodes and not graph.is_leaf(node) for key, node in theirs.nodes.items()):
+    rest = block[next(i for i, stmt in enumerate(block) if stmt is failing) + 1:]
+    later = [_backward_loss(ctx, source, call) for stmt in rest for call in ast.walk(stmt)
+             if isinstance(call, ast.Call) and src.called_name(call) == "backward"]
+    if any(later_loss is None or later_loss.grad_fn is None for later_loss in later):
         return None
+    theirs = graph.walk([loss.grad_fn])
+    for roots in [ctx.root_nodes(), *([later_loss.grad_fn] for later_loss in later)]:
+        # Neither this backward nor one after it may free a node of the moved one's graph.
+        walked = graph.walk(roots)
+        if not theirs.complete or not walked.complete or any(
+                key in walked.nodes and not graph.is_leaf(node) for key, node in theirs.nodes.items()):
+            return None
     if len(ctx.zeroings) >= hooks.ZEROINGS_KEPT and ctx.zeroings[0].tick > step.tick:
         return None  # the record may have lost a zeroing made since the step
     cleared: set[int] = set()
@@ -998,14 +1010,66 @@ def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, faili
         owner = zeroing.owner()
         if step.tick < zeroing.tick < ctx.call.tick and owner is not None and hooks.zeroings_recorded(owner):
             cleared |= _parameters_of(owner) or set()
-    if not reached <= cleared:
+    if not reached <= cleared and not _reads_no_gradient_of(ctx, source, scope, rest, reached - cleared, others,
+                                                             update_receiver(step_stmt, "step")):
         return None
     first, final = moved[0].lineno, moved[-1].end_lineno
-    block = src.enclosing_block(failing)
-    edits = reorder_updates.move_lines(source, moved, block[-1], after=True)
+    lines = source.text.splitlines()[first - 1:final]
+    if prepended is not None:
+        lines.insert(0, lines[0][:len(lines[0]) - len(lines[0].lstrip())] + source.segment(prepended))
+    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
+             insert_lines_after(source, block[-1], lines, indent=""))
+    copied = f", with a copy of `{source.segment(prepended)}` before it" if prepended is not None else ""
     return Fix(f"Run the update that `{source.segment(step_stmt)}` ends (lines {first}-{final}) last in the loop's "
-               f"pass, after line {block[-1].end_lineno}: this backward and the moved one then each go through the "
-               f"weights their graph was built with, and every step sees the gradients it saw before", edits, "safe")
+               f"pass{copied}, after line {block[-1].end_lineno}: this backward and the moved one then each go "
+               f"through the weights their graph was built with, and every step sees the gradients it saw before",
+               edits, "safe")
+
+
+def _reads_no_gradient_of(ctx, source, scope, statements, parameters: set[int], others: set[int],
+                          stepped: str | None) -> bool:
+    """Whether `statements` (run after this backward) never read the gradients of `parameters`,
+    which the moved update's backward left there (Dreamer's world model, whose update no
+    `zero_grad()` follows): no `.grad` in them, their clips are of other tensors (as the frame
+    holds them now: a list, or a generator already spent, which clips nothing), no other
+    optimizer trains them, and `stepped` steps no more in them."""
+    if parameters & others:
+        return False
+    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename
+                  and ctx.call is not None and f.f_lineno == ctx.call.row), None)
+    if frame is None:
+        return False
+    values = {**frame.f_globals, **frame.f_locals}
+    where = Scope(source, scope, values.get("self"), values)
+    for node in (n for stmt in statements for n in ast.walk(stmt)):
+        if isinstance(node, ast.Attribute) and node.attr == "grad":
+            return False
+        if isinstance(node, ast.Call) and src.called_name(node) in ("clip_grad_norm_", "clip_grad_value_"):
+            clipped = _tensors_of(where, node.args[0]) if node.args else None
+            if clipped is None or clipped & parameters:
+                return False
+        if isinstance(node, ast.Call) and src.called_name(node) == "step" and isinstance(node.func, ast.Attribute) \
+                and src.canonical(node.func.value) == stepped:
+            return False
+    return True
+
+
+def _tensors_of(where: Scope, expression: ast.expr) -> set[int] | None:
+    """The ids of the tensors `expression` gives a clip, as `where`'s values hold them: a tensor,
+    a list or tuple of them, `model.parameters()`, or a generator already spent (none); None
+    where that cannot be told without running anything."""
+    if isinstance(expression, ast.Call) and isinstance(expression.func, ast.Attribute) \
+            and expression.func.attr == "parameters" and not expression.args and not expression.keywords:
+        model = runtime_value(where, expression.func.value)
+        return {id(p) for p in model.parameters()} if isinstance(model, torch.nn.Module) else None
+    value = runtime_value(where, expression)
+    if isinstance(value, torch.Tensor):
+        return {id(value)}
+    if isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
+        return {id(v) for v in value}
+    if inspect.isgenerator(value) and inspect.getgeneratorstate(value) == inspect.GEN_CLOSED:
+        return set()
+    return None
 
 
 def _made_with_the_moved_loss(ctx, scope, failing) -> bool:
