@@ -3977,6 +3977,14 @@ def test_an_update_that_opens_the_next_method_moves_before_the_forward_in_the_me
     script.write_text(patched)
     assert explain_run(script).findings == []
 
+    # A docstring that opens `update` stays where it is; the update below it moves.
+    documented = code.replace("def update(self, g_loss, d_loss):\n", 'def update(self, g_loss, d_loss):\n        """Both steps."""\n')
+    script.write_text(documented)
+    fix = explain_run(script).findings[0]["fixes"][0]
+    assert fix["message"].startswith(moved) and fix["applicability"] == "safe", fix["message"]
+    assert 'def update(self, g_loss, d_loss):\n        """Both steps."""\n        g_loss.backward()' \
+        in apply_edits(documented, Fix.from_json(fix).edits)
+
     for changed in (code.replace("-d_fake.mean()", "-d_fake.mean() + d_real.mean()"),
                     code.replace("gan = GAN()\n", "gan = GAN()\ngan.losses(torch.randn(5, 3), torch.randn(5, 3))\n")):
         script.write_text(changed)

@@ -413,6 +413,11 @@ def targets_of(stmt: ast.AST) -> list[ast.expr]:
     return flat
 
 
+def is_docstring(stmt: ast.stmt) -> bool:
+    """Whether `stmt` is a string on its own, as the docstring that opens a body is."""
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
 def value_of(stmt: ast.AST) -> ast.expr | None:
     if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
         return stmt.value

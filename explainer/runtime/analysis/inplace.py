@@ -1310,8 +1310,9 @@ def _update_before_the_forward_in_its_method(ctx, source, scope, made: Located, 
     own = update_receiver(step_stmt, "step")
     while end + 1 < body.index(failing) and update_receiver(body[end + 1], "zero_grad") == own:
         end += 1
-    moved = body[:end + 1]
-    if own is None or not only_updates(moved) or not any(src.call_named(s, "backward") for s in moved[:stepped_at]) \
+    opens = 1 if src.is_docstring(body[0]) else 0  # the method's docstring stays where it is
+    moved = body[opens:end + 1]
+    if own is None or not only_updates(moved) or not any(src.call_named(s, "backward") for s in body[opens:stepped_at]) \
             or not all(any(src.call_named(s, name) for name in UPDATE_CALLS) for s in moved):
         return None
     # The caller: `a, b = obj.<maker>(...)`, then `obj.<this method>(...)`, the only calls of each.
