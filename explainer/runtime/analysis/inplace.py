@@ -140,6 +140,9 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                             facts=(("built", built[0].target_text if built is not None else carrier.name), ("manual", False),
                                    *version_facts(detail)))
         return finding("BX007", "run-step", "inplace-modified", evidence, culprits, fixes, "certain")
+    # Where the model that holds the parameter ran, when a function the carrier's statement calls ran it.
+    callee = _built_in_a_callee(ctx, carrier, parameter, step) if carrier is not None and carrier.located is not None \
+        else None
     if carrier is not None and carrier.located is not None and step is not None and failing is not None:
         located = carrier.located
         step_row = step_row_in(located, step, failing)
@@ -187,7 +190,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
                              "unsafe" if stale or recompute.applicability == "unsafe" else "safe"))
         fixes.append(_update_before_the_forward(ctx, source, located, step, steps, failing, full)
                      or _update_before_the_forward_in_its_method(
-                         ctx, source, scope, located, _built_in_a_callee(ctx, carrier, parameter, step), step, steps,
+                         ctx, source, scope, located, callee, step, steps,
                          failing, optimizer_parameters(steps)))
         fixes.append(_own_update_first_through_helper(ctx, carrier, steps))
         fixes.insert(0, _split_loss(ctx, source, scope, step, failing))
@@ -224,7 +227,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
     culprits = []
     built_name = carrier.name if carrier is not None else ""
     if located is not None:
-        built = _built_in_a_callee(ctx, carrier, parameter, step) if not _calls_a_holder(located, name) else None
+        built = callee if not _calls_a_holder(located, name) else None
         if built is not None:
             # Where the model ran, as the helper path above names it.
             name = _as_read_in(built, name)
