@@ -14,12 +14,15 @@ from .edits import apply_edits, insert_lines_after, insert_lines_before
 
 
 def move_lines(source: Source, moved: list[ast.stmt], anchor: ast.stmt, after: bool = False,
-               text: str | None = None) -> tuple[Edit, Edit]:
+               text: str | None = None, lead: ast.stmt | None = None) -> tuple[Edit, Edit]:
     """Cut the lines of `moved`, a run of statements of one block, and put them back as they are
-    (from `text`, where they were edited first) before `anchor`, or after it: the edits of every
-    reordering that moves a whole update."""
+    (from `text`, where they were edited first) before `anchor`, or after it, with a copy of the
+    statement `lead` first where one is given (Dreamer's `zero_grad()`, which stays where it
+    is too): the edits of every reordering that moves a whole update."""
     first, final = moved[0].lineno, moved[-1].end_lineno
     lines = (source.text if text is None else text).splitlines()[first - 1:final]
+    if lead is not None:
+        lines.insert(0, lines[0][:len(lines[0]) - len(lines[0].lstrip())] + source.segment(lead))
     insert = insert_lines_after if after else insert_lines_before
     return Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)), insert(source, anchor, lines, indent="")
 

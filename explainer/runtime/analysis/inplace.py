@@ -21,7 +21,7 @@ from ...fixes.edits import (
     statement_text,
 )
 from ...fixes.edits import replace as replace_node
-from ...model import CallSite, Culprit, Edit, Evidence, Finding, Fix, Location
+from ...model import CallSite, Culprit, Evidence, Finding, Fix, Location
 from ...reading import source as src
 from ...reading.training import (
     UPDATE_CALLS,
@@ -1013,15 +1013,13 @@ def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, faili
         owner = zeroing.owner()
         if step.tick < zeroing.tick < ctx.call.tick and owner is not None and hooks.zeroings_recorded(owner):
             cleared |= _parameters_of(owner) or set()
-    if not reached <= cleared and not _reads_no_gradient_of(ctx, source, scope, rest, reached - cleared, others,
-                                                             update_receiver(step_stmt, "step")):
+    step_call = src.call_named(step_stmt, "step")
+    if any(isinstance(node, ast.Call) and ast.dump(node) == ast.dump(step_call) for stmt in rest for node in ast.walk(stmt)):
+        return None  # the same step again: moved after it, the two steps would run the other way round
+    if not reached <= cleared and not _reads_no_gradient_of(ctx, source, scope, rest, reached - cleared, others):
         return None
     first, final = moved[0].lineno, moved[-1].end_lineno
-    lines = source.text.splitlines()[first - 1:final]
-    if prepended is not None:
-        lines.insert(0, lines[0][:len(lines[0]) - len(lines[0].lstrip())] + source.segment(prepended))
-    edits = (Edit(source.filename, "", Location(first, 1), Location(final + 1, 1)),
-             insert_lines_after(source, block[-1], lines, indent=""))
+    edits = reorder_updates.move_lines(source, moved, block[-1], after=True, lead=prepended)
     copied = f", with a copy of `{source.segment(prepended)}` before it" if prepended is not None else ""
     return Fix(f"Run the update that `{source.segment(step_stmt)}` ends (lines {first}-{final}) last in the loop's "
                f"pass{copied}, after line {block[-1].end_lineno}: this backward and the moved one then each go "
@@ -1029,13 +1027,12 @@ def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, faili
                edits, "safe")
 
 
-def _reads_no_gradient_of(ctx, source, scope, statements, parameters: set[int], others: set[int],
-                          stepped: str | None) -> bool:
+def _reads_no_gradient_of(ctx, source, scope, statements, parameters: set[int], others: set[int]) -> bool:
     """Whether `statements` (run after this backward) never read the gradients of `parameters`,
     which the moved update's backward left there (Dreamer's world model, whose update no
     `zero_grad()` follows): no `.grad` in them, their clips are of other tensors (as the frame
-    holds them now: a list, or a generator already spent, which clips nothing), no other
-    optimizer trains them, and `stepped` steps no more in them."""
+    holds them now: a list, or a generator already spent, which clips nothing), and no other
+    optimizer trains them."""
     if parameters & others:
         return False
     frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename
@@ -1051,9 +1048,6 @@ def _reads_no_gradient_of(ctx, source, scope, statements, parameters: set[int], 
             clipped = _tensors_of(where, node.args[0]) if node.args else None
             if clipped is None or clipped & parameters:
                 return False
-        if isinstance(node, ast.Call) and src.called_name(node) == "step" and isinstance(node.func, ast.Attribute) \
-                and src.canonical(node.func.value) == stepped:
-            return False
     return True
 
 
