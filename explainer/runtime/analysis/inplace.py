@@ -319,7 +319,7 @@ def _built_in_a_callee(ctx, carrier: Candidate, parameter, step: StepCall | None
     values = {**frame.f_globals, **frame.f_locals}
 
     stepped = trained_by(step.optimizer()) if step is not None else set()
-    ran = []  # the model each accepted call ran, the last one last
+    ran = []  # what each call checked ran: the accepted one last
 
     def holds(model) -> bool:
         ran.append(model)
