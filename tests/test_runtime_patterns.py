@@ -4037,9 +4037,9 @@ def test_an_update_between_a_forward_and_the_other_loss_s_backward_moves_to_the_
     backward through it. Its update moves to the end of the pass, after the generator's gradient
     scaling and step, as StyleTTS2's maintainers did: offered first and safe, the script runs
     clean and trains what that order trains. Not where the generator's statements write into a
-    tensor the moved backward's graph saved (`real`), or step the discriminator again, where the discriminator's loss also reaches
-    the generator, or where nothing cleared what the moved backward left in the discriminator's
-    gradients before the generator's backward."""
+    tensor the moved backward's graph saved (`real`) or step the discriminator again, where the
+    discriminator's loss also reaches the generator, or where nothing cleared what the moved
+    backward left in the discriminator's gradients before the generator's backward."""
     code = textwrap.dedent(UPDATE_LAST_IN_THE_PASS).lstrip()
     script = tmp_path / "train.py"
     script.write_text(code)

@@ -1358,8 +1358,7 @@ def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing:
             return None
         if all(update_receiver(stmt, "zero_grad") is not None for stmt in block[zeroed[-1]:backward]):
             own = moved = block[zeroed[-1]:at[id(unit)] + 1]
-        elif any(src.call_named(stmt, name) is not None for stmt in block[zeroed[-1] + 1:backward]
-                 for name in ("backward", "step")):
+        elif any(map(_backward_or_step, block[zeroed[-1] + 1:backward])):
             return None
         else:
             # Dreamer: the pass opens with the world model's `zero_grad()`, then the forward: its
@@ -1372,8 +1371,7 @@ def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing:
         return None
     between = block[at[id(moved[-1])] + 1:at[id(failing)]]
     rest = block[at[id(failing)] + 1:]
-    if not only_updates(between) or any(src.call_named(stmt, name) is not None for stmt in between
-                                        for name in ("backward", "step")) \
+    if not only_updates(between) or any(map(_backward_or_step, between)) \
             or not any(update_receiver(stmt, "step") is not None for stmt in rest) or not _gradient_work(rest):
         return None
     others = [*between, failing, *rest]
@@ -1382,7 +1380,7 @@ def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing:
         return None
     opening = []  # the pass's statements before its first backward or step
     for stmt in block[:at[id(moved[0])]]:
-        if any(src.call_named(stmt, m) is not None for m in ("backward", "step")):
+        if _backward_or_step(stmt):
             break
         opening.append(stmt)
     clears = next((i for i, stmt in enumerate(opening) if isinstance(stmt, ast.Expr)
@@ -1390,6 +1388,10 @@ def update_moved_to_the_end(block: list[ast.stmt], step_stmt: ast.stmt, failing:
     reads_gradients = clears is not None and any(
         isinstance(node, ast.Attribute) and node.attr == "grad" for stmt in opening[:clears] for node in ast.walk(stmt))
     return (moved, prepended) if clears is not None and not reads_gradients else None
+
+
+def _backward_or_step(stmt: ast.stmt) -> bool:
+    return src.call_named(stmt, "backward") is not None or src.call_named(stmt, "step") is not None
 
 
 def _bound_in(statements) -> set[str]:

@@ -826,10 +826,7 @@ def _drop_repeated_step(ctx, source, scope, step: StepCall, failing) -> Fix | No
     optimizer = step.optimizer()
     if stepped is None or optimizer is None:
         return None
-    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename
-                  and ctx.call is not None and f.f_lineno == ctx.call.row), None)
-    values = {**frame.f_globals, **frame.f_locals} if frame is not None else {}
-    where = Scope(source, scope, values.get("self"), values)
+    where = _at_the_backward(ctx, source, scope) or Scope(source, scope, None, {})
     helper = src.enclosing_function(step_stmt)
     between = []  # the statements the first step's update runs through to the failing backward
     if helper is scope or helper is None and scope is source.tree:
@@ -1033,14 +1030,9 @@ def _reads_no_gradient_of(ctx, source, scope, statements, parameters: set[int], 
     `zero_grad()` follows): no `.grad` in them, their clips are of other tensors (as the frame
     holds them now: a list, or a generator already spent, which clips nothing), and no other
     optimizer trains them."""
-    if parameters & others:
+    where = _at_the_backward(ctx, source, scope)
+    if parameters & others or where is None:
         return False
-    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename
-                  and ctx.call is not None and f.f_lineno == ctx.call.row), None)
-    if frame is None:
-        return False
-    values = {**frame.f_globals, **frame.f_locals}
-    where = Scope(source, scope, values.get("self"), values)
     for node in (n for stmt in statements for n in ast.walk(stmt)):
         if isinstance(node, ast.Attribute) and node.attr == "grad":
             return False
@@ -1049,6 +1041,17 @@ def _reads_no_gradient_of(ctx, source, scope, statements, parameters: set[int], 
             if clipped is None or clipped & parameters:
                 return False
     return True
+
+
+def _at_the_backward(ctx, source, scope) -> Scope | None:
+    """`scope` as the frame of `source` that runs the failing backward holds its values (its
+    locals, globals and `self`); None where no such frame stands."""
+    frame = next((f for f in ctx.frames if f.f_code.co_filename == source.filename
+                  and ctx.call is not None and f.f_lineno == ctx.call.row), None)
+    if frame is None:
+        return None
+    values = {**frame.f_globals, **frame.f_locals}
+    return Scope(source, scope, values.get("self"), values)
 
 
 def _tensors_of(where: Scope, expression: ast.expr) -> set[int] | None:
