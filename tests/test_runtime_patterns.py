@@ -4116,3 +4116,65 @@ def test_a_world_model_s_update_moves_last_with_a_copy_of_the_zero_grad_that_ope
     script.write_text(code.replace("clip_grad_norm_(actor_parameters", "clip_grad_norm_(world.parameters()"))
     fixes = explain_run(script).findings[0]["fixes"]
     assert not [f for f in fixes if f["message"].startswith("Run the update that")]
+
+
+TWO_HEAD_CRITIC_STEPPED_TWICE = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+
+
+class Critic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q1 = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.q2 = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+    def forward(self, x):
+        return self.q1(x), self.q2(x)
+
+
+critic, policy = Critic(), nn.Linear(3, 1)
+critic_optim = torch.optim.Adam(critic.parameters(), lr=1e-3)
+policy_optim = torch.optim.Adam(policy.parameters(), lr=1e-3)
+for _ in range(3):
+    state, action, target = torch.randn(5, 3), torch.randn(5, 1), torch.randn(5, 1)
+    qf1, qf2 = critic(torch.cat([state, action], 1))
+    qf1_loss = ((qf1 - target) ** 2).mean()
+    qf2_loss = ((qf2 - target) ** 2).mean()
+    qf1_pi, qf2_pi = critic(torch.cat([state, policy(state)], 1))
+    policy_loss = -torch.min(qf1_pi, qf2_pi).mean()
+
+    critic_optim.zero_grad()
+    qf1_loss.backward()
+    critic_optim.step()
+
+    critic_optim.zero_grad()
+    qf2_loss.backward()
+    critic_optim.step()
+
+    policy_optim.zero_grad()
+    policy_loss.backward()
+    policy_optim.step()
+print("done")
+"""
+
+
+def test_an_update_does_not_move_after_the_next_where_its_optimizer_also_stepped_before_it(explain_run, tmp_path):
+    """pranz24's SAC: the critic steps once for each Q head's loss, then the policy's loss goes
+    through both heads. Moving the second critic update after the policy's leaves the first step
+    between the policy's forward and its backward, so that fix is not offered; every safe fix
+    offered runs."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(TWO_HEAD_CRITIC_STEPPED_TWICE).lstrip())
+    finding = explain_run(script).findings[0]
+    assert finding["code"] == "BX007"
+    assert not [f for f in finding["fixes"] if f["message"].startswith("Update `critic_optim` after")]
+    safe = [f for f in finding["fixes"] if f["applicability"] == "safe"]
+    assert safe
+    for index, fix in enumerate(safe):
+        patched = tmp_path / f"patched{index}.py"
+        patched.write_text(apply_edits(script.read_text(), Fix.from_json(fix).edits))
+        after = explain_run(patched)
+        assert (after.returncode, after.findings) == (0, []), (fix["message"], after.stderr)

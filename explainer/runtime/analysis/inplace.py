@@ -210,7 +210,7 @@ def explain_inplace(ctx: Context, detail: InplaceDetail | None) -> Finding | Non
         else:
             fixes.append(after or _reorder_step(ctx, source, scope, step, failing)
                          or _step_after_the_loop(source, scope, step, failing))
-        last = _update_last(ctx, source, scope, step, step_row, failing) if after is None else None
+        last = _update_last(ctx, source, scope, step, step_row, failing, steps) if after is None else None
         if last is not None:
             # One forward made both losses: each update takes its gradient where the forward ran.
             fixes.insert(0 if _made_with_the_moved_loss(ctx, scope, failing) else len(fixes), last)
@@ -946,10 +946,8 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
     # The moved update's steps: its own, or each of an ensemble's at the same row (REDQ's Q nets).
     moved_steps = [s for s in steps if (s.filename, s.row, s.column) == (step.filename, step.row, step.column)] \
         if isinstance(moved[-1], ast.For) else [step]
-    reached = set().union(*(parameters_under(root.grad_fn) for root in ctx.roots))
-    if any(all(other.optimizer() is not s.optimizer() for s in moved_steps)
-           and trained_by(other.optimizer()) & reached for other in steps):
-        return None  # another step also changed weights this backward needs (both critics stepped)
+    if _stepped_elsewhere(ctx, moved_steps, steps):
+        return None
     own, changed = optimizer_parameters(moved_steps), trained_by(first_stepping)
     if reads_on_the_way(loss.grad_fn, own, changed):
         return None  # the moved backward would still need weights the other step changed
@@ -957,7 +955,19 @@ def _update_after(ctx, source, scope, step: StepCall, failing, steps) -> Fix | N
                                         keep_to_own=bool(parameters_under(loss.grad_fn) & changed), anchor=anchor)
 
 
-def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, failing) -> Fix | None:
+def _stepped_elsewhere(ctx, moved_steps: list[StepCall], steps) -> bool:
+    """Whether a step other than `moved_steps` (another call, of another optimizer or of the same
+    one) also changed weights this backward needs, since its graph was built: another critic's,
+    or pranz24's SAC, which steps the critic once for each Q head's loss before the policy's
+    backward goes through both heads. Moving one update alone would leave that step before the
+    backward, and the error with it."""
+    reached = set().union(*(parameters_under(root.grad_fn) for root in ctx.roots))
+    moved_sites = {(s.filename, s.row, s.column) for s in moved_steps}
+    return any((other.filename, other.row, other.column) not in moved_sites
+               and trained_by(other.optimizer()) & reached for other in steps)
+
+
+def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, failing, steps) -> Fix | None:
     """StyleTTS2: the SLM discriminator's update (`optimizer.zero_grad(); d_loss_slm.backward();
     optimizer.step('wd')`) runs between the forward that made both of its losses and the
     generator's `loss_gen_lm.backward()`, which then fails on the discriminator's weights. The
@@ -973,7 +983,7 @@ def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, faili
     before. `step_row` is the row of `scope` that stepped (the user's
     `optimizer.step('wd')`, where the step itself ran in MultiOptimizer.step)."""
     if source is None or failing is None or step_row is None or step.filename != source.filename \
-            or ctx.call is None or ctx.zeroings is None:
+            or ctx.call is None or ctx.zeroings is None or _stepped_elsewhere(ctx, [step], steps):
         return None
     step_stmt = src.statement_at(scope, step_row, step.column if step_row == step.row else None)
     block = src.enclosing_block(failing)
