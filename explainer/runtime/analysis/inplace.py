@@ -983,13 +983,13 @@ def _update_last(ctx, source, scope, step: StepCall, step_row: int | None, faili
     before. `step_row` is the row of `scope` that stepped (the user's
     `optimizer.step('wd')`, where the step itself ran in MultiOptimizer.step)."""
     if source is None or failing is None or step_row is None or step.filename != source.filename \
-            or ctx.call is None or ctx.zeroings is None or _stepped_elsewhere(ctx, [step], steps):
+            or ctx.call is None or ctx.zeroings is None:
         return None
     step_stmt = src.statement_at(scope, step_row, step.column if step_row == step.row else None)
     block = src.enclosing_block(failing)
     found = update_moved_to_the_end(block, step_stmt, failing) if step_stmt is not None else None
     optimizer = step.optimizer()
-    if found is None or not isinstance(optimizer, torch.optim.Optimizer):
+    if found is None or not isinstance(optimizer, torch.optim.Optimizer) or _stepped_elsewhere(ctx, [step], steps):
         return None
     moved, prepended = found
     backward_calls = [node for stmt in moved for node in ast.walk(stmt)
