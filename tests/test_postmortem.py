@@ -71,7 +71,6 @@ HOOKED_WRONG = {
     "real/adaptive_navigation_cached_gat_state_after_step",
     "real/deep_object_reid_center_loss_step_before_total_backward",
     "real/keras_stateful_lstm_state_assign",
-    "real/zero_restore_skconv_unsqueeze_inplace",
 }
 
 

@@ -2099,6 +2099,27 @@ PATTERNS = {
         for _ in range(2):
             step([torch.randn(4, 3) for _ in range(2)], [torch.randn(4, 2) for _ in range(2)])
     """),
+    # zero-restore's SKConv (aupendu/zero-restore#7): `conv(x).unsqueeze_(dim=1)` writes over the
+    # ReLU's output, which the ReLU saved; the tensor has no name but `fea`, which the statement binds.
+    "an in-place call on a branch's output, named by what its statement binds": ("inplace-modified", "fea", """
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+
+        class Select(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.branches = nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(2)])
+
+            def forward(self, x):
+                for i, branch in enumerate(self.branches):
+                    fea = branch(x).unsqueeze_(dim=1)  # culprit
+                    feas = fea if i == 0 else torch.cat([feas, fea], dim=1)
+                return feas.sum(dim=1)
+
+        model = Select()
+        model(torch.randn(3, 4)).pow(2).mean().backward()
+    """),
     # pg-is-all-you-need's SAC: the actor's update is an `if`, after the Q and V updates; the V
     # loss is made from `q_pred`, so a recompute after the Q step would change V's update too.
     "a delayed policy update after the value updates, its loss built before them": ("inplace-modified", "qf.weight", """
@@ -2731,6 +2752,35 @@ KEPT_METER = """
     print(f"{meters['train']['loss'].sum.item():.3f}")
 """
 
+# SpareNet's AverageMeter (microsoft/SpareNet#12): one total per loss, each an item of a list
+# filled in a loop; the `else:` beside it writes only the first item, and no list takes it.
+KEPT_METER_ITEMS = """
+    import torch
+
+    class Meter:
+        def __init__(self, n):
+            self._sum = [0] * n
+
+        def update(self, values):
+            if isinstance(values, list):
+                for idx, v in enumerate(values):
+                    self._sum[idx] += v  # culprit
+            else:
+                self._sum[0] += values
+
+    meter = Meter(2)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        opt.zero_grad()
+        out = model(torch.randn(8, 4))
+        mse, l1 = out.pow(2).mean(), out.abs().mean()
+        (mse + l1).backward()
+        opt.step()
+        meter.update([mse * 1000, l1 * 1000])
+    print(f"{meter._sum[1].item():.3f}")
+"""
+
 # pytorch-pfn-extras' reporter (pfnet/pytorch-pfn-extras#49): the loss added to a summary held by
 # a summary of summaries held by the log extension, one object inside another.
 KEPT_SUMMARY = """
@@ -2965,6 +3015,7 @@ KEPT_EMAS = """
     (KEPT_SAMPLES, "run-kept-unread", "samples", "samples.append(samples_z.detach())"),
     (KEPT_EMAS, "run-kept-stored", "term_ema", "flow_ema = (0.5 * loss + 0.5 * flow_ema).detach()"),
     (KEPT_METER, "run-kept-total", "self.sum", "self.sum = self.sum + val.detach()"),
+    (KEPT_METER_ITEMS, "run-kept-total", "self._sum[idx]", "self._sum[idx] += v.detach()"),
     (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
     (KEPT_BUFFER_IN_PLACE, "run-kept-stored", "self.running_mean",
      "with torch.no_grad():\n            self.running_mean.mul_(1 - self.momentum).add_(mean * self.momentum)\n"

@@ -82,13 +82,6 @@ NOT_YET: dict[str, str] = {
                                                                      "in every update epoch on the whole rollout "
                                                                      "(`vf.forward(obs[:step+1])`), which the per-step "
                                                                      "write does not say",
-    "real/sparenet_losses_meter_keeps_loss_graph": "named `self._sum[0]` (33), in the `else:` branch a list of "
-                                                   "losses never takes, not `self._sum[idx]` (29) in the loop that "
-                                                   "runs, and no fix: the twin passes each loss's `.item()` to "
-                                                   "`update` where the runner calls it (138)",
-    "real/zero_restore_skconv_unsqueeze_inplace": "the line (101) is right and fixes[0] trains what the twin trains, "
-                                                  "but the carrier is named `conv(x)`, the expression written in "
-                                                  "place, not `fea`, the name its statement binds",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }

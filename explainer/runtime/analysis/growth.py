@@ -266,8 +266,9 @@ def _kept_finding(ctx: Context, candidate, iterations: int, others: list, alike:
     located = candidate.located
     if located is None:
         return None
+    # A total kept in an item of a list (SpareNet's meter, `self._sum[idx] += v`) adds up the same way.
     fix = accumulate_item.add_detached(located.source, candidate.name, located.assignment) \
-        if candidate.relation == "direct" else None
+        if candidate.relation == "direct" or isinstance(located.store, ast.AugAssign) else None
     if fix is not None:
         code, variant = "BX002", "run-kept-total"
         fix = _with_every_total(fix, candidate, others)

@@ -619,6 +619,7 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
              made_by: set[str | None] = frozenset()) -> Finding:
     """`made_by`: the operations that made what the saver read, where it saved its input."""
     code = source.segment(stmt)
+    named_at = node
     if isinstance(node, ast.keyword):
         call = src.parent(node)
         # `self.act = nn.ReLU(inplace=True)`: the module is known by the attribute it is kept in.
@@ -631,6 +632,11 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     else:
         target = node.target if isinstance(node, ast.AugAssign) else node.func.value
         name = source.segment(target)
+        bound = src.targets_of(stmt) if isinstance(node, ast.Call) and src.value_of(stmt) is node else []
+        if isinstance(target, ast.Call) and len(bound) == 1 and isinstance(bound[0], ast.Name):
+            # zero-restore's SKConv, `fea = conv(x).unsqueeze_(dim=1)`: the tensor written in place
+            # has no name but the one its statement binds.
+            name, named_at = bound[0].id, bound[0]
         fix = out_of_place.out_of_place(source, stmt, name) if not isinstance(node, ast.Call) \
             or isinstance(stmt, ast.Expr) else out_of_place.calls_out_of_place(source, stmt)
         others = [out_of_place.out_of_place(source, other, source.segment(other.target)) for other in siblings]
@@ -666,7 +672,7 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
                       f"branches of the `if` write `{name}` in place too, and which of them ran the graph does not "
                       f"say)", fix.edits + tuple(e for f in elsewhere for e in f.edits), fix.applicability)
         variant = "run-in-forward-write"
-    culprits = [culprit_at(name, source, node_start(source, node))]
+    culprits = [culprit_at(name, source, node_start(source, named_at))]
     # An operation that saved its input read it where it was passed to a call: that statement
     # comes before where the tensor was made.
     passed = _passed_to_a_call(stmt) if not result_saved else None

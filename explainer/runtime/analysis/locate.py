@@ -78,7 +78,7 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
         attribute = _container_attribute(binding)
         if stored is None and attribute is not None and binding.owner is not None:
             # `model.hidden[0]`: an LSTM's (h, c) kept on the module, set in its forward.
-            return _locate_attribute(binding.owner, attribute)
+            return _locate_attribute(binding.owner, attribute, items=_items_with_history(ctx, binding))
         return stored or _filed_under_key(frame, source, binding)
     expression = binding.expression
     assigned = src.assignments(scope, expression)
@@ -241,14 +241,17 @@ def _carried(assignment: src.Assignment, expression: str) -> bool:
     return False
 
 
-def _locate_attribute(owner, attribute: str, must_assign: bool = False) -> Located | None:
+def _locate_attribute(owner, attribute: str, must_assign: bool = False,
+                      items: frozenset[int] = frozenset()) -> Located | None:
     """Where `owner`'s class assigns `self.<attribute>` (preferably from itself, outside
-    `__init__`); where it assigns none, where it stores it by name, unless `must_assign`."""
+    `__init__`); where it assigns none, where it stores it by name, unless `must_assign`.
+    `items`: the indices of the attribute's list whose values hold history, where one of them
+    is what is looked for."""
     source, class_node = class_source(owner)
     if class_node is None:
         return None
     expression = f"self.{attribute}"
-    found = _made_in(class_node, expression)
+    found = _covering(_made_in(class_node, expression), items)
     if all(cuts_history(a.value) for a in found if a.value is not None):
         # `self.v = self.v.detach()` carries nothing: the state is made where a base class
         # assigns it (spikingjelly's OTTTLIFNode cuts `v`, LIFNode's `neuronal_reset` makes it).
@@ -307,6 +310,30 @@ def _in_place_receiver(expression: ast.expr) -> ast.expr | None:
         return None
     inner = expression.func.value
     return _in_place_receiver(inner) if isinstance(inner, ast.Call) else inner
+
+
+def _items_with_history(ctx: Context, binding: naming.Binding) -> frozenset[int]:
+    """The indices of the list `binding` is an item of whose values hold history."""
+    container = ctx.reach(binding, binding.steps[:-1]) if binding.steps and binding.steps[-1][0] == "item" else None
+    if not isinstance(container, (list, tuple)) or len(container) > naming.MAX_ITEMS:
+        return frozenset()
+    return frozenset(i for i, value in enumerate(container) if getattr(value, "grad_fn", None) is not None)
+
+
+def _covering(found: list[src.Assignment], items: frozenset[int]) -> list[src.Assignment]:
+    """Of `found`, the assignments that can have made every one of `items` (two or more): SpareNet's meter
+    keeps a loss in each item of `self._sum`, which `self._sum[idx] += v` fills in its loop; the
+    `self._sum[0] += values` of the `else:` beside it can only have made the first. All of
+    `found` where none can."""
+    def index(assignment) -> int | None:
+        target = assignment.target
+        if not isinstance(target, ast.Subscript):
+            return None
+        key = target.slice
+        return key.value if isinstance(key, ast.Constant) and isinstance(key.value, int) else None
+
+    covering = [a for a in found if index(a) is None] if len(items) > 1 else []
+    return covering or found
 
 
 def _made_in(class_node: ast.ClassDef, expression: str) -> list[src.Assignment]:
