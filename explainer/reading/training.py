@@ -1298,7 +1298,9 @@ def update_moved_after(block: list[ast.stmt], step_stmt: ast.stmt, failing: ast.
     own_block = guard.body if guard is not None else block
     start = next(i for i, stmt in enumerate(own_block) if stmt is failing)
     end = next((stmt for stmt in own_block[start:] if update_receiver(stmt, "step") is not None), None)
-    if not zeroed or end is None:
+    if not zeroed or end is None or update_receiver(end, "step") == stepped:
+        # The next step is the same optimizer's: moved after it, this update fails the same way
+        # on the weights that step changed.
         return None
     anchor = guard or end
     moved, between = block[zeroed[-1]:last + 1], block[last + 1:at[id(anchor)] + 1]

@@ -22,7 +22,9 @@ from ...reading.training import (
     RETAIN_KEYWORDS,
     Backward,
     backward_calls,
+    defines_forward,
     has_history,
+    instance_class,
     local_forward,
     next_in_its_loop,
     scopes,
@@ -90,12 +92,87 @@ def _built_before(backward: Backward, step: Step, scope) -> Ancestor | None:
         if not same_pass(ancestor.stmt, step.call) or ancestor.value is None:
             continue
         producers = modules_called(ancestor.value, scope, ancestor.line)
-        if not producers or not carries_history(ancestor, scope):
+        if not producers or not carries_history(ancestor, scope) or _left_alone(ancestor, step, scope):
             continue
         if step.modules is None or producers & step.modules or _runs_a_stepped_part(producers, step.modules, scope,
                                                                                       ancestor.line):
             found.append(ancestor)
     return max(found, key=lambda a: (a.line, a.stmt.col_offset)) if found else None
+
+
+def _left_alone(ancestor: Ancestor, step: Step, scope) -> bool:
+    """pranz24's SAC: `qf1, qf2 = self.critic(state, action)`, whose forward computes each head
+    with layers of its own, then `critic_optim.zero_grad()`, `qf1_loss.backward()`,
+    `critic_optim.step()` before `qf2_loss.backward()`. The step changes only the weights that
+    got a gradient since the zero_grad, which left the others' `None` for the optimizer to skip:
+    the first head's. What the second head made is still as it was built."""
+    unpacked = _unpacked(ancestor)
+    heads = _heads(ancestor.stmt.value.func, ancestor.stmt) if unpacked is not None else None
+    if heads is None or unpacked[1] >= len(heads):
+        return False
+    module, index = unpacked
+    zeroed = _zeroed_to_none(step, scope)
+    if zeroed is None:
+        return False
+    read = set()
+    for backward in backward_calls(scope):
+        if not (zeroed.lineno < backward.line < step.line and same_pass(backward.call, step.call)):
+            continue
+        if module in modules_called(backward.root, scope, backward.line):
+            return False
+        for other in ancestors(backward.root, scope, backward.line):
+            if other.value is None or module not in modules_called(other.value, scope, other.line):
+                continue
+            head = _unpacked(other)
+            if head is None or head[0] != module or head[1] >= len(heads):
+                return False  # the whole output, or another call of the module: any weight may change
+            read.add(head[1])
+    return bool(read) and not any(heads[other] & heads[index] for other in read)
+
+
+def _unpacked(ancestor: Ancestor) -> tuple[str, int] | None:
+    """(`self.critic`, 1) for `qf2` in `qf1, qf2 = self.critic(state, action)`."""
+    stmt = ancestor.stmt
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Tuple)
+            and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, (ast.Name, ast.Attribute))):
+        return None
+    index = next((i for i, element in enumerate(stmt.targets[0].elts) if element is ancestor.target), None)
+    return (src.canonical(stmt.value.func), index) if index is not None else None
+
+
+def _heads(func: ast.expr, at: ast.stmt) -> list[frozenset[str]] | None:
+    """For each element of the tuple the module's forward returns, the submodules that compute
+    it; None where the forward is not known, returns otherwise, or reads an attribute of its
+    module other than to call a submodule (a parameter of its own could be in every head)."""
+    cls = instance_class(func, at)
+    forward = defines_forward(cls) if cls is not None else None
+    if forward is None:
+        return None
+    returns = [node for node in src.own_nodes(forward) if isinstance(node, ast.Return)]
+    if len(returns) != 1 or not isinstance(returns[0].value, ast.Tuple):
+        return None
+    for node in ast.walk(forward):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+                and not (isinstance(src.parent(node), ast.Call) and src.parent(node).func is node):
+            return None
+    line = returns[0].lineno
+    return [frozenset(modules_called(element, forward, line)).union(
+        *(modules_called(a.value, forward, a.line) for a in ancestors(element, forward, line) if a.value is not None))
+        for element in returns[0].value.elts]
+
+
+def _zeroed_to_none(step: Step, scope) -> ast.Call | None:
+    """The last `<optimizer>.zero_grad()` of `step`'s optimizer before it in the same pass, where
+    it sets the gradients to None (torch 2's default), not to zero: an optimizer skips a weight
+    whose gradient is None, and steps one whose gradient is zero (momentum, weight decay)."""
+    found = [node for node in src.own_nodes(scope) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr == "zero_grad" and src.canonical(node.func.value) == step.optimizer
+             and node.lineno < step.line and same_pass(node, step.call)]
+    if not found:
+        return None
+    last = max(found, key=lambda node: (node.lineno, node.col_offset))
+    flags = [k.value for k in last.keywords if k.arg == "set_to_none"] + last.args[:1]
+    return last if all(isinstance(f, ast.Constant) and f.value is True for f in flags) else None
 
 
 def _runs_a_stepped_part(producers: set[str], stepped: frozenset[str], scope, line: int) -> bool:
@@ -372,6 +449,39 @@ SOFT_UPDATE = ("            with torch.no_grad():\n"
 
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
+# pranz24's SAC critic: one module, a Q head of its own layers each.
+TWO_HEADS = """
+        class QNetwork(nn.Module):
+            def __init__(self):
+                super().__init__()
+                {layers}
+
+            def forward(self, x):
+                {forward}
+
+        critic = QNetwork()
+        critic_optim = torch.optim.Adam(critic.parameters())
+        for x, y in batches:
+            qf1, qf2 = critic(x)
+            qf1_loss = (qf1 - y).pow(2).mean()
+            qf2_loss = (qf2 - y).pow(2).mean()
+            critic_optim.zero_grad({keep})
+            qf1_loss.backward({retain})
+            critic_optim.step()
+            critic_optim.zero_grad()
+            qf2_loss.backward()
+            critic_optim.step()
+"""
+SEPARATE_HEADS = dict(layers="self.q1 = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))\n"
+                             "                self.q2 = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))",
+                      forward="return self.q1(x), self.q2(x)", retain="")
+# The first backward keeps the trunk's graph, which the second goes through again.
+SHARED_TRUNK = dict(layers="self.trunk = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))\n"
+                           "                self.q1, self.q2 = nn.Linear(4, 1), nn.Linear(4, 1)",
+                    forward="h = self.trunk(x)\n                return self.q1(h), self.q2(h)",
+                    retain="retain_graph=True")
+
+
 INVALID: list[Invalid] = [
     Invalid("a model class holding both networks and their optimizers (params= by keyword), made at module "
             "level below the training function that reads it (RN's inpainting)", """
@@ -543,6 +653,11 @@ INVALID: list[Invalid] = [
             updater.step()
             (out ** 2).mean().backward()
     """),
+    Invalid("two Q heads on a shared trunk: the first head's step changes the trunk the second's graph used",
+            TWO_HEADS.format(**SHARED_TRUNK, keep="")),
+    Invalid("two Q heads of their own layers, the gradients zeroed rather than set to None before the first "
+            "head's backward: the step moves the second head too", TWO_HEADS.format(**SEPARATE_HEADS,
+                                                                                     keep="set_to_none=False")),
     Invalid("step through an optimizer the file can't see into, then backward through the old forward", """
         model = nn.Linear(3, 1)
         optimizer = make_optimizer(model)
@@ -555,6 +670,8 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("two Q heads of their own layers, each head's loss stepped in turn: the first step leaves the "
+          "second head's weights alone, their gradients None (pranz24's SAC)", TWO_HEADS.format(**SEPARATE_HEADS, keep="")),
     Valid("the GAN's updates reordered: D's backward after G's step, kept to D's parameters with inputs=", """
         G, D = nn.Linear(5, 15), nn.Sequential(nn.Linear(15, 1), nn.Sigmoid())
         opt_G, opt_D = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
