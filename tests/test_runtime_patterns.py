@@ -2099,6 +2099,54 @@ PATTERNS = {
         for _ in range(2):
             step([torch.randn(4, 3) for _ in range(2)], [torch.randn(4, 2) for _ in range(2)])
     """),
+    # pytorch_optimizer's SophiaH (kozistr/pytorch_optimizer#193): a Hessian-vector product of the
+    # gradients a plain backward left in `.grad`, which have no graph of their own.
+    "a Hessian-vector product of the gradients a backward made without create_graph": ("no-grad", "grads", """
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+        params = list(model.parameters())
+        for step in range(2):
+            loss = model(torch.randn(8, 3)).pow(2).mean()
+            model.zero_grad()
+            loss.backward()  # culprit
+            grads = [p.grad for p in params]
+            vs = [torch.randn_like(p) for p in params]
+            hvs = torch.autograd.grad(grads, params, grad_outputs=vs)
+    """),
+    # fast-transformers' recurrent linear attention (idiap/fast-transformers#10): two states
+    # updated in place side by side; the one the attention's einsum saved is told by its rank,
+    # 3 as made by `new_zeros`, and `len(S)` between is no operation that saves it.
+    "recurrent states written in place side by side, the saved one told by its rank": ("inplace-modified", "S", """
+        import torch
+        torch.manual_seed(0)
+
+        class Recurrent(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.query, self.key = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+            def forward(self, x, memory=None):
+                q, k = torch.sigmoid(self.query(x)), torch.sigmoid(self.key(x))
+                if memory is None:
+                    S = x.new_zeros((x.shape[0], 4, 4))
+                    z = x.new_zeros((x.shape[0], 4))
+                else:
+                    S, z = memory
+                if len(S) != x.shape[0]:
+                    raise ValueError("the batch size changed")
+                z += k
+                S += torch.einsum("nd,nm->ndm", k, x)  # culprit
+                Z = 1.0 / (torch.einsum("nd,nd->n", q, z) + 1e-6)
+                return torch.einsum("nd,ndm,n->nm", q, S, Z), [S, z]
+
+        model = Recurrent()
+        memory, loss = None, 0.0
+        for t in range(3):
+            y, memory = model(torch.randn(2, 4), memory)
+            loss = loss + y.pow(2).mean()
+        loss.backward()
+    """),
     # zero-restore's SKConv (aupendu/zero-restore#7): `conv(x).unsqueeze_(dim=1)` writes over the
     # ReLU's output, which the ReLU saved; the tensor has no name but `fea`, which the statement binds.
     "an in-place call on a branch's output, named by what its statement binds": ("inplace-modified", "fea", """
@@ -2781,6 +2829,29 @@ KEPT_METER_ITEMS = """
     print(f"{meter._sum[1].item():.3f}")
 """
 
+# VocGAN's logging list (rishikksh20/VocGAN#24): the generator's loss kept each step, seen growing
+# from the generator's backward and from the discriminator's: one leak, one warning.
+KEPT_FROM_TWO_SITES = """
+    import torch
+    torch.manual_seed(0)
+    g, d = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+    opt_g = torch.optim.SGD(g.parameters(), lr=0.01)
+    opt_d = torch.optim.SGD(d.parameters(), lr=0.01)
+    adv_losses = []
+    for step in range(6):
+        fake = g(torch.randn(8, 4))
+        adv_loss = d(fake).mean()
+        opt_g.zero_grad()
+        adv_loss.backward()
+        opt_g.step()
+        d_loss = d(fake.detach()).mean() - d(torch.randn(8, 4)).mean()
+        opt_d.zero_grad()
+        d_loss.backward()
+        opt_d.step()
+        adv_losses.append(adv_loss)  # culprit
+    print(f"{sum(a.item() for a in adv_losses):.3f}")
+"""
+
 # pytorch-pfn-extras' reporter (pfnet/pytorch-pfn-extras#49): the loss added to a summary held by
 # a summary of summaries held by the log extension, one object inside another.
 KEPT_SUMMARY = """
@@ -3016,6 +3087,7 @@ KEPT_EMAS = """
     (KEPT_EMAS, "run-kept-stored", "term_ema", "flow_ema = (0.5 * loss + 0.5 * flow_ema).detach()"),
     (KEPT_METER, "run-kept-total", "self.sum", "self.sum = self.sum + val.detach()"),
     (KEPT_METER_ITEMS, "run-kept-total", "self._sum[idx]", "self._sum[idx] += v.detach()"),
+    (KEPT_FROM_TWO_SITES, "run-kept-each", "adv_losses", "adv_losses.append(adv_loss.detach())"),
     (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
     (KEPT_BUFFER_IN_PLACE, "run-kept-stored", "self.running_mean",
      "with torch.no_grad():\n            self.running_mean.mul_(1 - self.momentum).add_(mean * self.momentum)\n"

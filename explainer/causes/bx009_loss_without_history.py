@@ -116,6 +116,12 @@ loss.backward()""",
             "at line {unfreeze_row}, after it, so the backward (line {backward.row}) has no graph to go through.",
             "`{carrier}` was made while `{module}`'s parameters were frozen.",
             ("made while `{module}` was frozen",)),
+        "run-grad-without-graph": Message(
+            "`{carrier}` holds the gradients that `{made_by}` (line {made_at.row}) left in `.grad`, made without "
+            "`create_graph=True`: they have no graph of their own, so `{backward.code}` (line {backward.row}) has "
+            "nothing to differentiate them through.",
+            "`{carrier}` are gradients made without `create_graph=True`.",
+            ("made without a graph by `{made_by}`",)),
         "run-decorated": Message(
             "`{carrier}` (line {made_at.row}) comes from `{function}()`, which runs under `@{decorator}` (line "
             "{decorator_row}), so it has no grad_fn and there is nothing to back-propagate (line {backward.row}).",

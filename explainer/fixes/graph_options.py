@@ -26,6 +26,17 @@ def add_create_graph(source: Source, call: ast.Call) -> Fix | None:
                (insert_keyword(source, call, "create_graph=True"),))
 
 
+def gradients_with_graph(source: Source, call: ast.Call, differentiated_at: int) -> Fix | None:
+    """`loss.backward(create_graph=True)` where what it leaves in `.grad` is differentiated again
+    (a Hessian-vector product, SophiaH's or AdaHessian's step): the gradients are the same numbers,
+    with a graph of their own. Safe: no gradient of this step changes."""
+    if any(k.arg == "create_graph" for k in call.keywords):
+        return None
+    return Fix(f"Pass `create_graph=True` to `{source.segment(call)}`: the gradients it leaves in `.grad` are "
+               f"differentiated again at line {differentiated_at}, so they need a graph of their own",
+               (insert_keyword(source, call, "create_graph=True"),))
+
+
 def add_retain_graph(source: Source, call: ast.Call, reason: str) -> Fix | None:
     if any(k.arg == "retain_graph" for k in call.keywords):
         return None

@@ -35,13 +35,20 @@ def record_error(error: BaseException, finding: Finding) -> None:
         _last_error[:] = [finding]
 
 
-def record_warning(finding: Finding, tick: int | None = None) -> None:
+def record_warning(finding: Finding, tick: int | None = None) -> bool:
+    """Keep `finding`, a growth warning, unless one of the same cause at the same place is kept
+    already (VocGAN's list of adversarial losses, seen growing from the generator's backward and
+    then from the discriminator's: one leak, one warning); whether it was new."""
     with _lock:
+        if any((w.code, w.filename, w.location) == (finding.code, finding.filename, finding.location)
+               for w in _warnings):
+            return False
         if len(_warnings) < _MAX:
             _warnings.append(finding)
             if tick is not None:
                 _warned_at[tick] = finding
         _last[:] = [finding]
+        return True
 
 
 def warned_at(tick: int) -> Finding | None:

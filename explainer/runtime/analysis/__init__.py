@@ -42,16 +42,15 @@ def explain_error(error, call: BackwardCall, roots, caller, calls, steps, loads=
 
 
 def explain_growing(call: BackwardCall, roots, caller, calls, steps) -> Finding | None:
-    """The finding for a graph that grows across iterations (recorded in the journal), or None:
+    """The finding for a graph that grows across iterations (recorded in the journal), or None
+    (also where the journal holds it already, found from another call):
     the retained graph of a call with retain_graph=True reaching into earlier iterations, or a
     tensor of the user's chaining the graphs of earlier iterations aside from `call`'s."""
     frames = []
     try:
         frames = records.user_frames(caller)
         finding = explain_growth(call, roots, frames, calls, steps)
-        if finding is not None:
-            journal.record_warning(finding, call.tick)
-        return finding
+        return finding if finding is not None and journal.record_warning(finding, call.tick) else None
     finally:
         frames.clear()
 

@@ -62,6 +62,8 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
         index = _which_write(walk, failing_key, len(group))
         if index is None and not result_saved:
             index = _which_saver(walk, failing_key, len(group))
+        if index is None and not result_saved:
+            index = _which_by_rank(walk, failing_key, group)
         if index is not None:
             stmt = node = group[index]
             siblings = group[:index] + group[index + 1:]
@@ -181,12 +183,17 @@ def _output_shape(node) -> tuple[int, ...] | None:
 
 def _read_by(node) -> list[int]:
     """The nodes whose results `node` read (by key), and, through a view it read
-    (`self.pos_conv(x.transpose(1, 2))`), the node whose result the view is of."""
+    (`self.pos_conv(x.transpose(1, 2))`), the node whose result the view is of; through views of
+    views too (fast-transformers' `torch.einsum(..., Q, Si, Z)`, whose bmm read `Si` permuted,
+    then reshaped)."""
     read = []
     for child in _inputs(node):
         read.append(id(child))
-        if graph.is_view(child):
-            read.extend(id(grandchild) for grandchild in _inputs(child))
+        views = [child] if graph.is_view(child) else []
+        while views:
+            below = _inputs(views.pop())
+            read.extend(id(grandchild) for grandchild in below if id(grandchild) not in read)
+            views.extend(grandchild for grandchild in below if graph.is_view(grandchild))
     return read
 
 
@@ -228,6 +235,53 @@ def _which_saver(walk, failing_key: int, count: int) -> int | None:
                  and {type(child) for child in _inputs(node)} == read and graph.changed_saved(node) is not None)
     keys = [key for _, key in ran]
     return keys.index(failing_key) if len(keys) == count and failing_key in keys else None
+
+
+# Calls that make a tensor of the shape they are given: `x.new_zeros((N, H, D))`, `torch.zeros(n, d)`.
+_FACTORIES = {"zeros", "ones", "empty", "full", "rand", "randn", "new_zeros", "new_ones", "new_empty", "new_full"}
+
+
+def _which_by_rank(walk, failing_key: int, group: list[ast.AugAssign]) -> int | None:
+    """Which of the writes side by side changed the tensor the saver read, told by its number of
+    dimensions: fast-transformers' `Zi += K` and `Si += torch.einsum(...)`, `Si` made by
+    `query.new_zeros((N, H, D, M))` and `Zi` by `query.new_zeros((N, H, D))`. The graph gives
+    the rank of what the saver read through its views, there where the write's operation
+    consumed it; the source, the rank each target was made with. None unless exactly one matches."""
+    ranks = set()
+    for key in _read_by(walk.nodes[failing_key]):
+        node = walk.nodes.get(key)
+        if node is None or graph.is_view(node):
+            continue
+        consumers = {_operation(walk.nodes[c]) for c in walk.consumers.get(key, ())}
+        shape = _output_shape(node)
+        if shape is not None and consumers & {op for op, kind in _AUGMENTED.items()
+                                              if all(isinstance(w.op, kind) for w in group)}:
+            ranks.add(len(shape))
+    made = [_rank_made(write) for write in group]
+    matching = [i for i, rank in enumerate(made) if rank is not None and rank in ranks]
+    return matching[0] if len(ranks) == 1 and len(matching) == 1 else None
+
+
+def _rank_made(write: ast.AugAssign) -> int | None:
+    """The number of dimensions the target of `write` was made with, where every assignment of it
+    in its function is a factory given its shape (`x.new_zeros((N, H, D))`) or reads another
+    tensor (`Si, Zi = memory`, which keeps what a factory made before)."""
+    if not isinstance(write.target, ast.Name):
+        return None
+    scope = src.enclosing_function(write)
+    ranks = set()
+    for assignment in src.assignments(scope, write.target.id) if scope is not None else []:
+        value = assignment.value
+        if assignment.stmt is write or not isinstance(value, ast.Call):
+            continue
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name not in _FACTORIES or not value.args:
+            return None
+        shape = value.args[0]
+        ranks.add(len(shape.elts) if isinstance(shape, (ast.Tuple, ast.List))
+                  else len(value.args) if all(isinstance(a, (ast.Name, ast.Constant)) for a in value.args) else None)
+    return ranks.pop() if len(ranks) == 1 and None not in ranks else None
 
 
 def _which_copy(walk, failing_key: int, count: int) -> int | None:
@@ -296,11 +350,17 @@ def _passed_to_a_call(write: ast.stmt) -> ast.stmt | None:
                           lambda arg: _rooted_at(arg, write.target.id))
 
 
+# Builtins that look at a tensor without an operation that could save it (fast-transformers'
+# `if len(Si) != N:` between the state's assignment and its `Si += ...`).
+_ONLY_LOOK = {"len", "isinstance", "print", "type", "id", "repr", "str", "hasattr", "getattr", "callable"}
+
+
 def _first_passing(scope: ast.AST, after: int, before: int, passes) -> ast.stmt | None:
     """The first statement of `scope` between the two rows with a call one of whose positional
-    arguments `passes`."""
+    arguments `passes`, the call not one of the builtins that only look at it."""
     reads = [src.statement_of(call) for call in src.all_nodes(scope)
-             if isinstance(call, ast.Call) and after < call.lineno < before and any(passes(arg) for arg in call.args)]
+             if isinstance(call, ast.Call) and after < call.lineno < before and any(passes(arg) for arg in call.args)
+             and not (isinstance(call.func, ast.Name) and call.func.id in _ONLY_LOOK)]
     return min(reads, key=lambda stmt: stmt.lineno) if reads else None
 
 

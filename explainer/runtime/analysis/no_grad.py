@@ -9,7 +9,7 @@ import inspect
 
 import torch
 
-from ...fixes import forget_on_train, undo_cut
+from ...fixes import forget_on_train, graph_options, undo_cut
 from ...fixes.edits import node_start
 from ...model import CallSite, Evidence, Finding, Fix
 from ...reading import source as src
@@ -44,6 +44,9 @@ def explain_no_grad(ctx: Context) -> Finding | None:
     index = next((i for i, f in enumerate(ctx.frames) if f.f_code.co_filename == source.filename), None)
     frame = ctx.frames[index] if index is not None else None
     values = {**frame.f_globals, **frame.f_locals} if frame is not None else {}
+    differentiated = _gradients_without_graph(ctx, values, failing, receiver, call) if call is not None else None
+    if differentiated is not None:
+        return differentiated
     found = _explain_from(ctx, source, Scope(source, scope, values.get("self"), values), receiver, call)
     if found is None and index is not None:
         # The loss is a parameter of the failing function (pinns-torch's `gradient(dy, dx)`,
@@ -52,6 +55,44 @@ def explain_no_grad(ctx: Context) -> Finding | None:
         if live is not None and live.node is scope:
             found = _explain_from(ctx, source, live, receiver, call)
     return found
+
+
+# A model's parameters, each a tensor to look at once: more than any model built by hand has.
+_MAX_PARAMETERS = 100_000
+
+
+def _gradients_without_graph(ctx: Context, values: dict, failing: ast.stmt, receiver: ast.expr,
+                             call: ast.Call) -> Finding | None:
+    """pytorch_optimizer's SophiaH (kozistr/pytorch_optimizer#193): its step differentiates the
+    gradients the parameters hold, `torch.autograd.grad([p.grad for p in params], params, zs)`,
+    for a Hessian-vector product, but the training loop ran a plain `loss.backward()`, which
+    leaves gradients without a graph. Known by the values: every output differentiated is the
+    `.grad` of one of the inputs, and the last backward before this call made them without
+    `create_graph=True`."""
+    if not isinstance(receiver, ast.Name) or ctx.previous is None or ctx.previous.create_graph \
+            or ctx.previous.api != "backward":
+        return None
+    outputs, inputs = values.get(receiver.id), _argument(call, 1, ("inputs",))
+    inputs = values.get(inputs.id) if isinstance(inputs, ast.Name) else None
+    outputs = [outputs] if isinstance(outputs, torch.Tensor) else outputs
+    inputs = [inputs] if isinstance(inputs, torch.Tensor) else inputs
+    if not isinstance(outputs, (list, tuple)) or not isinstance(inputs, (list, tuple)) or not outputs \
+            or len(outputs) > _MAX_PARAMETERS or len(inputs) > _MAX_PARAMETERS:
+        return None
+    grads = {id(getattr(p, "grad", None)) for p in inputs if isinstance(p, torch.Tensor)}
+    if not all(isinstance(g, torch.Tensor) and g.grad_fn is None and id(g) in grads for g in outputs):
+        return None
+    previous = ctx.previous
+    made_source, _, made = ctx.site_statement(previous.filename, previous.row, previous.column)
+    backward = src.call_named(made, "backward") if made is not None else None
+    if backward is None:
+        return None
+    code = made_source.segment(backward)
+    evidence = Evidence(receiver.id, _site(made_source, made), ctx.backward_site(), advice="no-graph",
+                        facts=(("made_by", code),))
+    return finding("BX009", "run-grad-without-graph", "no-grad", evidence,
+                   [culprit_at(receiver.id, made_source, node_start(made_source, backward))],
+                   [graph_options.gradients_with_graph(made_source, backward, failing.lineno)])
 
 
 def _explain_from(ctx: Context, source, start: Scope, receiver: ast.expr, call: ast.Call | None) -> Finding | None:
