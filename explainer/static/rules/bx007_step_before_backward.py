@@ -24,6 +24,7 @@ from ...reading.training import (
     backward_calls,
     defines_forward,
     has_history,
+    helper_called,
     instance_class,
     local_forward,
     next_in_its_loop,
@@ -57,7 +58,11 @@ def check(module: CheckedModule) -> Iterator[Finding]:
             # rlkit's SAC: qf1 and qf2 both step before the policy's backward, which goes through
             # both. The last of them is told (torch names its weights first), and no update moved
             # alone after the backward would leave its graph as it was built.
-            step, stale = found[-1] if len({id(s.stmt) for _, s in found}) == 1 else found[0]
+            # Of tensors made by different statements, the one made last: the backward meets its
+            # nodes first, and torch names its weights (tianshou's SAC: `current_q2a`, after
+            # `current_q1a`, each stale after its own critic's step).
+            step, stale = found[-1] if len({id(s.stmt) for _, s in found}) == 1 else \
+                max(found, key=lambda pair: (pair[1].line, pair[1].stmt.col_offset))
             flagged.add(id(stale.stmt))
             yield _diagnostic(module, scope, stale, step, backward, calls, alone=len(found) == 1)
 
@@ -92,7 +97,8 @@ def _built_before(backward: Backward, step: Step, scope) -> Ancestor | None:
         if not same_pass(ancestor.stmt, step.call) or ancestor.value is None:
             continue
         producers = modules_called(ancestor.value, scope, ancestor.line)
-        if not producers or not carries_history(ancestor, scope) or _left_alone(ancestor, step, scope):
+        if not producers or not carries_history(ancestor, scope) or _left_alone(ancestor, step, scope) \
+                or _no_gradient_since_zeroed(producers, step, scope):
             continue
         if step.modules is None or producers & step.modules or _runs_a_stepped_part(producers, step.modules, scope,
                                                                                       ancestor.line):
@@ -171,8 +177,63 @@ def _zeroed_to_none(step: Step, scope) -> ast.Call | None:
     if not found:
         return None
     last = max(found, key=lambda node: (node.lineno, node.col_offset))
-    flags = [k.value for k in last.keywords if k.arg == "set_to_none"] + last.args[:1]
-    return last if all(isinstance(f, ast.Constant) and f.value is True for f in flags) else None
+    return last if _to_none(last) else None
+
+
+def _to_none(zero_grad: ast.Call) -> bool:
+    """Whether the `zero_grad()` call sets the gradients to None (torch 2's default)."""
+    flags = [k.value for k in zero_grad.keywords if k.arg == "set_to_none"] + zero_grad.args[:1]
+    return all(isinstance(f, ast.Constant) and f.value is True for f in flags)
+
+
+def _no_gradient_since_zeroed(producers: set[str], step: Step, scope) -> bool:
+    """FL-MRCM's domain classifier: `net.zero_grad(); net_fd.zero_grad()`, then `df_loss.backward()`
+    on `net_fd(z.detach())` and `optimizer_fd.step()`, an optimizer passed in, whose parameters
+    the source does not show. Whatever it holds, it steps only the weights that got a gradient
+    since they were set to None: none of `net`'s, which no backward in between reaches, so what
+    `net` made before is as it was built. Each of `producers` must be zeroed in the same pass
+    (by the step's optimizer or by its own `zero_grad()`), and every backward in between must show
+    all the modules it reaches: none that a helper of the file could call."""
+    zeroed: dict[str, int] = {}
+    for node in src.own_nodes(scope):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "zero_grad"
+                and node.lineno < step.line and same_pass(node, step.call) and _to_none(node)):
+            continue
+        receiver = src.canonical(node.func.value)
+        for producer in producers if receiver == step.optimizer else {receiver} & producers:
+            zeroed[producer] = max(zeroed.get(producer, 0), node.lineno)
+    if set(zeroed) != producers:
+        return False
+    since = min(zeroed.values())
+    for backward in backward_calls(scope):
+        if since < backward.line < step.line and same_pass(backward.call, step.call):
+            reached = _modules_reached(backward, scope)
+            if reached is None or reached & producers:
+                return False
+    return True
+
+
+def _modules_reached(backward: Backward, scope) -> set[str] | None:
+    """The modules called on the way to `backward`'s root, as the source shows them, through the
+    iterables of the loops whose variables it reads (AGAIN-VC's `for scale in d_real:`); None
+    where a function of the file is called on the way (it may run any module)."""
+    loops = {name: node for node in src.own_nodes(scope) if isinstance(node, (ast.For, ast.AsyncFor))
+             for name in src.names_bound([node])}
+    values, pending, seen = [], [(backward.root, backward.line)], set()
+    while pending:
+        value, line = pending.pop()
+        values.append(value)
+        found = [(a.value, a.line) for a in ancestors(value, scope, line) if a.value is not None]
+        read = {n for v, _ in [(value, line), *found] for n in src.names_read(v)}
+        found += [(loops[n].iter, loops[n].lineno) for n in read if n in loops]
+        for more in found:
+            if id(more[0]) not in seen:
+                seen.add(id(more[0]))
+                pending.append(more)
+    if any(isinstance(call, ast.Call) and helper_called(call, scope) is not None
+           for value in values for call in ast.walk(value)):
+        return None
+    return set().union(*(modules_called(value, scope, backward.line) for value in values))
 
 
 def _runs_a_stepped_part(producers: set[str], stepped: frozenset[str], scope, line: int) -> bool:
@@ -653,6 +714,25 @@ INVALID: list[Invalid] = [
             updater.step()
             (out ** 2).mean().backward()
     """),
+    Invalid("the discriminator zeroed, then its loss summed over the scales in a loop, stepped before the "
+            "generator's backward through its old output (AGAIN-VC's MelGAN)", """
+        G, D = nn.Linear(4, 4), nn.Linear(4, 1)
+        g_optimizer, d_optimizer = torch.optim.Adam(G.parameters()), torch.optim.Adam(D.parameters())
+        for mel, audio in batches:
+            fake = G(mel)
+            d_fake = D(fake)
+            d_real = [D(audio)]
+            d_loss = 0
+            for scale in d_real:
+                d_loss += F.relu(1 - scale).mean()
+            D.zero_grad()
+            d_loss.backward()
+            d_optimizer.step()
+            g_loss = -d_fake.mean()
+            G.zero_grad()
+            g_loss.backward()
+            g_optimizer.step()
+    """),
     Invalid("two Q heads on a shared trunk: the first head's step changes the trunk the second's graph used",
             TWO_HEADS.format(**SHARED_TRUNK, keep="")),
     Invalid("two Q heads of their own layers, the gradients zeroed rather than set to None before the first "
@@ -670,6 +750,27 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("an optimizer passed in steps only the domain classifier, whose backward reads the features "
+          "detached, after both modules were zeroed (FL-MRCM)", """
+        class Trainer:
+            def __init__(self, optimizer, optimizer_fd):
+                self.optimizer, self.optimizer_fd = optimizer, optimizer_fd
+
+            def train(self, net, net_fd, batches):
+                net.train()
+                net_fd.train()
+                optimizer, optimizer_fd = self.optimizer, self.optimizer_fd
+                for x, y in batches:
+                    net.zero_grad()
+                    net_fd.zero_grad()
+                    output, z = net(x)
+                    fd_loss = net_fd(z.detach()).mean()
+                    fd_loss.backward()
+                    optimizer_fd.step()
+                    loss = (output - y).abs().mean() + net_fd(z).mean()
+                    loss.backward()
+                    optimizer.step()
+    """),
     Valid("two Q heads of their own layers, each head's loss stepped in turn: the first step leaves the "
           "second head's weights alone, their gradients None (pranz24's SAC)", TWO_HEADS.format(**SEPARATE_HEADS, keep="")),
     Valid("the GAN's updates reordered: D's backward after G's step, kept to D's parameters with inputs=", """
