@@ -98,7 +98,8 @@ FACTS = {"value": "new_h", "term": "loss", "backpropagated": True, "call": "h.de
          "alias": "path", "helper": "detach_to_cpu", "helper_cut": "x.detach()", "helper_row": 70,
          "output": "out", "output_row": 5,
          "factory": "torch.tensor", "copies": 6, "called": "my_seq", "enable": "torch.enable_grad()", "enable_row": 14,
-         "copy": "torch.tensor(losses)", "sequence": "losses", "input": "w", "made_by": "loss.backward()"}
+         "copy": "torch.tensor(losses)", "sequence": "losses", "input": "w", "made_by": "loss.backward()",
+         "callback": "dynamics_func"}
 
 
 def evidence(**changes) -> Evidence:

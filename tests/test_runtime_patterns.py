@@ -2147,6 +2147,32 @@ PATTERNS = {
             loss = loss + y.pow(2).mean()
         loss.backward()
     """),
+    # flow_matching's ODESolver.compute_likelihood (facebookresearch/flow_matching#59): the
+    # dynamics function handed to the integrator returns its values detached, so the state it
+    # integrates, and the loss made of it, have no graph; no frame of it is left when backward fails.
+    "a dynamics function handed to an integrator returns its values detached": ("no-grad", "v", """
+        import torch
+        torch.manual_seed(0)
+        field = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(field.parameters(), lr=0.1)
+
+        def integrate(func, y, steps):
+            for _ in range(steps):
+                y = y + 0.1 * func(y)
+            return y
+
+        def transport(x):
+            def velocity(y):
+                v = torch.tanh(field(y))
+                return v.detach()  # culprit
+            return integrate(velocity, x, 4)
+
+        for _ in range(2):
+            loss = transport(torch.randn(8, 2)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     # zero-restore's SKConv (aupendu/zero-restore#7): `conv(x).unsqueeze_(dim=1)` writes over the
     # ReLU's output, which the ReLU saved; the tensor has no name but `fea`, which the statement binds.
     "an in-place call on a branch's output, named by what its statement binds": ("inplace-modified", "fea", """

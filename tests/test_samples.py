@@ -89,11 +89,6 @@ NOT_YET: dict[str, str] = {
     "real/flmrcm_adv_g_loss_item_cut": "nothing to explain at runtime: `loss_adv_g.detach().item()` (139) makes the "
                                        "adversarial term a float, the loss still has the L1 term's graph, and "
                                        "nothing raises",
-    "real/flow_matching_compute_likelihood_detached_dynamics": "no finding: the loss is cut by `ut.detach(), "
-                                                               "div.detach()` (99) in the dynamics function that "
-                                                               "`odeint` runs, a frame gone when the backward "
-                                                               "fails; the twin keeps three cuts only where "
-                                                               "`enable_grad` is False",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
 }

@@ -53,6 +53,12 @@ loss.backward()""",
             "back-propagate (line {backward.row}).",
             "`{carrier}` was cut from the graph by `{helper}()`.",
             ("cut from the graph by `{helper}()`",)),
+        "run-cut-in-callback": Message(
+            "`{carrier}` is returned cut from the graph by {cut} ({where}) in `{callback}()`, which is passed "
+            "to `{called}` and makes what it returns: the loss made of that has no grad_fn, and there is nothing "
+            "to back-propagate (line {backward.row}).",
+            "`{carrier}` is returned cut from the graph by `{callback}()`.",
+            ("cut from the graph in `{callback}()`",)),
         "run-rewrapped": Message(
             "`{carrier}` ({where}) is made in `{helper}()`, which `{called}` runs, from `torch.tensor([...])` "
             "of values computed from what trains: `torch.tensor` copies them into a new tensor without a graph "

@@ -266,6 +266,18 @@ def remove_cuts(source: Source, cuts: list) -> Fix | None:
                      for c in cuts), "unsafe")
 
 
+def keep_returned(source: Source, function: ast.AST, cuts: list, passed_once: bool) -> Fix | None:
+    """`return ut.detach(), div.detach()` in a function passed to a solver: return the values
+    with their graph, and keep it in what they are added up from (`div += g.detach()`). Safe
+    only where the function is passed to that one call (`passed_once`): its results then go
+    only where the loss is made; otherwise whatever else keeps them now keeps their graph too."""
+    if not cuts:
+        return None
+    return Fix(f"Return what `{function.name}()` computes with its graph: the loss is made of it",
+               tuple(replace(source, c, source.segment(c.func.value if isinstance(c, ast.Call) else c.value))
+                     for c in cuts), "safe" if passed_once else "unsafe")
+
+
 def detach_the_result_instead(source: Source, stmt: ast.stmt, cuts: list, callee: ast.AST | None) -> Fix | None:
     """`average_loss = self._loss_fn(y_pred.detach(), y.detach())`, where `_loss_fn` is a gradient
     penalty that differentiates its arguments: cut its result instead, `self._loss_fn(y_pred,

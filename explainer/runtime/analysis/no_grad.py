@@ -127,7 +127,8 @@ def _explain_from(ctx: Context, source, start: Scope, receiver: ast.expr, call: 
         if trained is not None else None
     return found or _kept_without_grad(ctx, source, made) \
         or _cut_when_passed(ctx, receiver, _argument(call, 1, ("inputs",)) if call is not None else None) \
-        or _cut_in_helper(ctx, source, receiver, made) or _rewrapped_in_callee(ctx, made) \
+        or _cut_in_helper(ctx, source, receiver, made) or _cut_in_callback(ctx, made) \
+        or _rewrapped_in_callee(ctx, made) \
         or _copied_out_of_graph(ctx, made) \
         or _output_unused(ctx, start, made) or _made_of_constants(ctx, made)
 
@@ -153,6 +154,89 @@ def _cut_in_helper(ctx: Context, source, receiver: ast.expr, made) -> Finding | 
                        [culprit_at(name, scope.source, node_start(scope.source, call))],
                        [undo_cut.keep_past_helper(scope.source, call, key)])
     return None
+
+
+def _cut_in_callback(ctx: Context, made) -> Finding | None:
+    """flow_matching's `ODESolver.compute_likelihood` (facebookresearch/flow_matching#59): `sol,
+    log_det = odeint(dynamics_func, y_init, ...)` integrates what `dynamics_func`, a function
+    defined beside the call and passed to it, returns, and every return of it is cut (`return
+    ut.detach(), div.detach()`): the trajectory and the likelihood made of it have no graph. The
+    culprit is the first value it cuts; the fix undoes its cuts of what it returns and of what
+    those values are added up from in it (`div += gradient(...)[:, i].detach()`)."""
+    calls = [(where, call) for where, assignment in made if (value := src.value_of(assignment.stmt)) is not None
+             for call in ast.walk(value) if isinstance(call, ast.Call)]
+    for where, value in (found for where, call in calls for found in _returned_calls(where, call, 3)):
+        for argument in [*value.args, *(k.value for k in value.keywords)]:
+            callback = _nested_function(where.node, argument)
+            returned = _returned_cuts(callback) if callback is not None else None
+            if not returned:
+                continue
+            first = returned[0]
+            operand = first.func.value if isinstance(first, ast.Call) else first.value
+            name = where.source.segment(operand)
+            cuts = returned + _cuts_added_up(callback, returned)
+            evidence = Evidence(name, _site(where.source, src.statement_of(first)), ctx.backward_site(),
+                                advice="no-graph",
+                                facts=(("callback", callback.name), ("cut", f"`{where.source.segment(first)}`"),
+                                       ("called", where.source.segment(value.func))))
+            return finding("BX009", "run-cut-in-callback", "no-grad", evidence,
+                           [culprit_at(name, where.source, node_start(where.source, operand))],
+                           [undo_cut.keep_returned(where.source, callback, cuts, _read_once(where.node, callback.name))],
+                           "likely")
+    return None
+
+
+def _returned_calls(where: Scope, call: ast.Call, depth: int):
+    """(scope, call): `call`, and the calls the user's function it runs returns the result of
+    (`return integrate(velocity, x, 4)`), up to `depth` calls deep."""
+    yield where, call
+    callee = callee_of(where, call) if depth > 1 else None
+    for returned in returns(callee) if callee is not None else ():
+        if isinstance(returned.value, ast.Call):
+            yield from _returned_calls(callee, returned.value, depth - 1)
+
+
+def _nested_function(scope: ast.AST, expression: ast.expr) -> ast.FunctionDef | None:
+    """The function `expression` names, where it is defined in `scope` itself (`dynamics_func`)."""
+    if not isinstance(expression, ast.Name):
+        return None
+    return next((n for n in src.own_nodes(scope) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == expression.id), None)
+
+
+def _read_once(scope: ast.AST, name: str) -> bool:
+    """Whether `scope` reads `name` once, and no function nested in it reads it."""
+    return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+               for n in ast.walk(scope)) == 1
+
+
+def _returned_cuts(function: ast.AST) -> list[ast.expr]:
+    """The `.detach()` calls (and `.data` reads) a function returns, where every value of every
+    return it has (each item of a returned tuple) is one; else an empty list."""
+    found = []
+    for returned in (n for n in src.own_nodes(function) if isinstance(n, ast.Return)):
+        values = returned.value.elts if isinstance(returned.value, ast.Tuple) else [returned.value]
+        for value in values:
+            if not _detached(value):
+                return []
+            found.append(value)
+    return found
+
+
+def _detached(value: ast.expr | None) -> bool:
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "detach" \
+        and not value.args or isinstance(value, ast.Attribute) and value.attr == "data"
+
+
+def _cuts_added_up(function: ast.AST, returned: list[ast.expr]) -> list[ast.expr]:
+    """The cuts in what the names a function returns cut are assigned or added up from in it."""
+    names = {src.canonical(c.func.value if isinstance(c, ast.Call) else c.value) for c in returned}
+    found = []
+    for name in sorted(names):
+        for assignment in src.assignments(function, name):
+            value = src.value_of(assignment.stmt)
+            found += [n for n in ast.walk(value) if _detached(n)] if value is not None else []
+    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
 
 
 def _rewrapped_in_callee(ctx: Context, made) -> Finding | None:
