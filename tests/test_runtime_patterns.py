@@ -2173,6 +2173,33 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # The same, with both returned values cut once more where one tuple assignment makes them:
+    # each cut is undone once (two edits of `h.detach()` would overlap, and no fix was offered).
+    "a dynamics function's two returns, cut where one tuple assignment makes them": ("no-grad", "a", """
+        import torch
+        torch.manual_seed(0)
+        field = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(field.parameters(), lr=0.1)
+
+        def integrate(func, y, steps):
+            for _ in range(steps):
+                da, db = func(y)
+                y = y + 0.1 * (da + db)
+            return y
+
+        def transport(x):
+            def velocity(y):
+                h = torch.tanh(field(y))
+                a, b = h.detach(), (2 * h).detach()
+                return a.detach(), b.detach()  # culprit
+            return integrate(velocity, x, 4)
+
+        for _ in range(2):
+            loss = transport(torch.randn(8, 2)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     # zero-restore's SKConv (aupendu/zero-restore#7): `conv(x).unsqueeze_(dim=1)` writes over the
     # ReLU's output, which the ReLU saved; the tensor has no name but `fea`, which the statement binds.
     "an in-place call on a branch's output, named by what its statement binds": ("inplace-modified", "fea", """

@@ -231,12 +231,14 @@ def _detached(value: ast.expr | None) -> bool:
 def _cuts_added_up(function: ast.AST, returned: list[ast.expr]) -> list[ast.expr]:
     """The cuts in what the names a function returns cut are assigned or added up from in it."""
     names = {src.canonical(c.func.value if isinstance(c, ast.Call) else c.value) for c in returned}
-    found = []
+    # Keyed by node: `a, b = x.detach(), y.detach()` assigns both names from one tuple, and each
+    # cut is undone once.
+    found: dict[int, ast.expr] = {}
     for name in sorted(names):
         for assignment in src.assignments(function, name):
             value = src.value_of(assignment.stmt)
-            found += [n for n in ast.walk(value) if _detached(n)] if value is not None else []
-    return sorted(found, key=lambda n: (n.lineno, n.col_offset))
+            found.update((id(n), n) for n in (ast.walk(value) if value is not None else ()) if _detached(n))
+    return sorted(found.values(), key=lambda n: (n.lineno, n.col_offset))
 
 
 def _rewrapped_in_callee(ctx: Context, made) -> Finding | None:
