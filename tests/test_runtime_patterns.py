@@ -2200,6 +2200,115 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # MVANet (qianyu-dlut/MVANet#2): the model sets `inplace = True` on every dropout after its
+    # blocks built them, so `nn.Dropout(0.1)` says nothing; the live module does. The dropout
+    # overwrites the ReLU's output, which the ReLU saved; the fix copies its input, as upstream.
+    "a dropout made to write in place after it was built, fed a ReLU's output": ("inplace-modified", "self.activation", """
+        import torch
+        import torch.nn.functional as F
+        from torch import nn
+        torch.manual_seed(0)
+
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear1, self.linear2 = nn.Linear(4, 8), nn.Linear(8, 4)
+                self.dropout = nn.Dropout(0.1)
+                self.activation = F.relu
+
+            def forward(self, x):
+                return x + self.linear2(self.dropout(self.activation(self.linear1(x))))  # culprit
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.Sequential(Block(), Block())
+                for m in self.modules():
+                    if isinstance(m, nn.Dropout):
+                        m.inplace = True
+
+            def forward(self, x):
+                return self.blocks(x)
+
+
+        net = Net()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            loss = net(torch.randn(3, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
+    # A post on devgem.io (a republished Stack Overflow question): encodings made once at the top
+    # of the script, below the function whose loop back-propagates a slice of them every batch;
+    # the encoder is in no optimizer, and the call returns a tuple that the statement unpacks.
+    "features made once by a model no optimizer trains, handed to the training function": (
+        "second-backward", "features", """
+        import torch
+        torch.manual_seed(0)
+
+
+        def train(model, optimizer, features, labels):
+            for epoch in range(2):
+                for start in range(0, len(features), 4):
+                    loss = (model(features[start:start + 4]) - labels[start:start + 4]).pow(2).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encode, self.decode = torch.nn.Linear(6, 3), torch.nn.Linear(3, 6)
+
+            def forward(self, x):
+                code = self.encode(x)
+                return code, (self.decode(code) - x).pow(2).mean()
+
+
+        encoder = Encoder()
+        features, reconstruction = encoder(torch.randn(12, 6))  # culprit
+        model = torch.nn.Linear(3, 1)
+        train(model, torch.optim.SGD(model.parameters(), lr=0.1), features, torch.randn(12, 1))
+    """),
+    # titans-pytorch's NeuralMemState (lucidrains/titans-pytorch#34): a named tuple of an int and
+    # a dict of tensors, handed back to the model each step; the model takes per-sample gradients
+    # with torch.func, whose own `autograd.grad` is no backward of the user's.
+    "a named tuple of a dict of tensors handed back each step, torch.func inside": ("second-backward", "state", """
+        import torch
+        from collections import namedtuple
+        from torch.func import grad, vmap
+        torch.manual_seed(0)
+        State = namedtuple("State", ["index", "weights"])
+
+
+        class Memory(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.init = torch.nn.Parameter(torch.randn(4, 4) * 0.1)
+                self.keys = torch.nn.Linear(4, 4)
+                self.per_sample_grad = vmap(grad(lambda w, k: (k @ w).pow(2).sum()), in_dims=(None, 0))
+
+            def forward(self, x, state=None):
+                weights = self.init if state is None else state.weights["w"]
+                surprise = self.per_sample_grad(weights, self.keys(x)).mean(0)
+                weights = weights - 0.1 * surprise
+                return x @ weights, State(0 if state is None else state.index + 1, {"w": weights})
+
+
+        model = Memory()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        state = None
+        for step in range(3):
+            out, state = model(torch.randn(2, 4), state)  # culprit
+            loss = out.pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     # zero-restore's SKConv (aupendu/zero-restore#7): `conv(x).unsqueeze_(dim=1)` writes over the
     # ReLU's output, which the ReLU saved; the tensor has no name but `fea`, which the statement binds.
     "an in-place call on a branch's output, named by what its statement binds": ("inplace-modified", "fea", """
@@ -3101,6 +3210,37 @@ KEPT_EMAS = """
     print(f"{term_ema.item():.3f} {flow_ema.item():.3f}")
 """
 
+# GroMo's TensorStatistic (growingnet/gromo#96): a statistic started with its first update and
+# added up in place after each backward, from a module no optimizer steps. The update is an
+# einsum's view, so each `+=` rebases the total on what the view was taken of; it is seen growing
+# at three backward calls in a row, each value made from the one before, though none spans three.
+KEPT_STATISTIC = """
+    import torch
+
+    class Statistic:
+        def __init__(self):
+            self._tensor = None
+
+        def update(self, update):
+            if self._tensor is not None:
+                self._tensor += update  # culprit
+            else:
+                self._tensor = update
+
+    layer, border = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    covariance = Statistic()
+    for step in range(4):
+        x = torch.randn(8, 4)
+        loss = layer(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        b = border(x).unsqueeze(-1)
+        covariance.update(torch.einsum("iax, ibx -> ab", b, b))
+    print(f"{covariance._tensor.sum().item():.3f}")
+"""
+
 @pytest.mark.parametrize("code, variant, culprit_name, fixed", [
     # labelmodels (BatsResearch/labelmodels#4): the total adds up each loss with its graph.
     (KEPT_TOTAL, "run-kept-total", "running_loss", "running_loss += loss.detach()"),
@@ -3142,6 +3282,7 @@ KEPT_EMAS = """
     (KEPT_METER_ITEMS, "run-kept-total", "self._sum[idx]", "self._sum[idx] += v.detach()"),
     (KEPT_FROM_TWO_SITES, "run-kept-each", "adv_losses", "adv_losses.append(adv_loss.detach())"),
     (KEPT_SUMMARY, "run-kept-total", "self._x", "self._x += value.detach()"),
+    (KEPT_STATISTIC, "run-kept-total", "self._tensor", "self._tensor = update.detach()"),
     (KEPT_BUFFER_IN_PLACE, "run-kept-stored", "self.running_mean",
      "with torch.no_grad():\n            self.running_mean.mul_(1 - self.momentum).add_(mean * self.momentum)\n"
      "            self.running_var.mul_"),

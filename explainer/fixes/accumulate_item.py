@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from ..model import Fix
-from ..reading.source import Assignment, Source, canonical, loops_around
+from ..reading.source import Assignment, Source, assignments, canonical, enclosing_function, loops_around
 from .edits import insert_lines_after, replace, statement_text
 
 
@@ -38,8 +38,20 @@ def add_detached(source: Source, carrier: str, assignment: Assignment) -> Fix | 
         return None
     text = source.segment(term)
     simple = isinstance(term, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
-    return Fix(f"Add up `{text}` detached, so `{carrier}` keeps the value and not the graph that made it",
-               (replace(source, term, f"{text}.detach()" if simple else f"({text}).detach()"),))
+    detached = f"{text}.detach()" if simple else f"({text}).detach()"
+    starts = _started_with(assignment.stmt, carrier, term)
+    also = f" (and start it with `{detached}` at line {starts[0].lineno})" if starts else ""
+    return Fix(f"Add up `{text}` detached{also}, so `{carrier}` keeps the value and not the graph that made it",
+               (replace(source, term, detached), *(replace(source, first, detached) for first in starts)))
+
+
+def _started_with(stmt: ast.stmt, carrier: str, term: ast.expr) -> list[ast.expr]:
+    """Where the same function starts the total with the term itself (GroMo's `TensorStatistic`:
+    `self._tensor = update` the first time, `self._tensor += update` after): left with its graph,
+    the total would still require grad, and each `+=` adds a node to it."""
+    scope = enclosing_function(stmt)
+    return [a.value for a in assignments(scope, carrier) if a.stmt is not stmt and isinstance(a.stmt, ast.Assign)
+            and a.value is not None and canonical(a.value) == canonical(term)] if scope is not None else []
 
 
 def _term(stmt: ast.stmt, carrier: str) -> ast.expr | None:

@@ -5,7 +5,7 @@ import ast
 
 from ..model import Fix
 from ..reading.source import Source, canonical
-from .edits import replace
+from .edits import insert_lines_after, replace
 
 _PARAMETER = frozenset({"nn.Parameter", "torch.nn.Parameter", "Parameter", "nn.parameter.Parameter"})
 
@@ -14,7 +14,7 @@ def detach_data(source: Source, stmt: ast.stmt, name: str, leaves: str) -> Fix |
     """`Y = X @ true_W + b` -> `Y = (X @ true_W + b).detach()`: made once, used as a target."""
     return detach_value(source, stmt, f"Make `{name}` without history: it comes from {leaves}, which "
                                       f"no optimizer trains, so it is data, and every backward only "
-                                      f"needs its value")
+                                      f"needs its value", name)
 
 
 def detach_snapshot(source: Source, stmt: ast.stmt, name: str, model: str) -> Fix | None:
@@ -22,16 +22,24 @@ def detach_snapshot(source: Source, stmt: ast.stmt, name: str, model: str) -> Fi
     calls the same model again, so this value is its output before the updates, a constant."""
     return detach_value(source, stmt, f"Keep `{name}` as a fixed snapshot, without history: the "
                                       f"loop calls `{model}` again, so `{name}` stands for its output "
-                                      f"before the updates")
+                                      f"before the updates", name)
 
 
-def detach_value(source: Source, stmt: ast.stmt, why: str) -> Fix | None:
+def detach_value(source: Source, stmt: ast.stmt, why: str, name: str | None = None) -> Fix | None:
     """`.detach()` on the value of `stmt`; None when that value is a tuple, list, dict or set
-    (`self.a, self.b = a, b`), which has no `.detach()`."""
+    (`self.a, self.b = a, b`), which has no `.detach()`. Where the statement unpacks what a call
+    returns (`X_train_encoded, loss = autoencoder(X)`), `name`, one of its targets, is detached
+    on the next line."""
     value = getattr(stmt, "value", None)
     if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or value is None \
             or isinstance(value, (ast.Tuple, ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
         return None
+    if any(isinstance(target, (ast.Tuple, ast.List)) for target in getattr(stmt, "targets", ())):
+        unpacked = [element for target in stmt.targets if isinstance(target, (ast.Tuple, ast.List))
+                    for element in target.elts]
+        if name is None or canonical(name) not in {canonical(e) for e in unpacked} or len(stmt.targets) != 1:
+            return None
+        return Fix(why, (insert_lines_after(source, stmt, [f"{name} = {name}.detach()"]),))
     text = source.segment(value)
     if not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
         text = f"({text})"

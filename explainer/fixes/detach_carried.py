@@ -101,6 +101,22 @@ def detach_at_loop_entry(source: Source, carrier: str, loop: ast.stmt, is_tuple:
     return None
 
 
+def detach_tree_at_loop_entry(source: Source, carrier: str, loop: ast.stmt) -> Fix | None:
+    """A state that is a structure of tensors (titans-pytorch's `NeuralMemState`: a namedtuple of
+    an int, dicts of tensors and a tuple of dicts), which has no `.detach()`: every tensor in it
+    detached where each pass first reads it, with torch's pytree, as the maintainers' own
+    `mem_state_detach` maps it. The structure, and what in it is no tensor (`None` included),
+    stay as they are."""
+    if not imports_torch(source):
+        return None
+    for stmt in loop.body:
+        if reads(stmt, carrier):
+            line = f"{carrier} = torch.utils._pytree.tree_map_only(torch.Tensor, torch.Tensor.detach, {carrier})"
+            return Fix(f"Detach every tensor in `{carrier}` at the start of each iteration, so the history of "
+                       f"the previous iteration is not back-propagated again", (insert_lines_before(source, stmt, [line]),))
+    return None
+
+
 def restart_each_pass(source: Source, carrier: str, stmt: ast.stmt, loop: ast.stmt, scope: ast.AST,
                       made_from_weights: bool = False) -> Fix | None:
     """`Yest = Yest + w * X` unrolled in an inner loop, inside an outer loop whose passes repeat

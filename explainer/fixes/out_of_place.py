@@ -91,3 +91,16 @@ def replace_state(source: Source, stmt: ast.stmt, name: str) -> Fix | None:
                f"the graph saved: the graph keeps the value it saved, and the state carries no "
                f"history into the next step", (replace(source, stmt, block),))
 
+
+def copy_module_input(source: Source, call: ast.Call, module: str, saved: str) -> Fix:
+    """`self.dropout(self.activation(h))` -> `self.dropout(self.activation(h).clone())`: a module
+    made to write in place after it was built (MVANet sets `m.inplace = True` on every dropout of
+    the model) overwrites a copy, and what `saved` saved for the backward stays as it was. The
+    same values and gradients, so safe; the maintainer's fix."""
+    argument = call.args[0]
+    text = source.segment(argument)
+    simple = isinstance(argument, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+    return Fix(f"Give `{module}` a copy of its input (`.clone()`): it writes in place (its `inplace` was set "
+               f"after it was built) and overwrites what {saved} saved for the backward",
+               (replace(source, argument, f"{text}.clone()" if simple else f"({text}).clone()"),))
+

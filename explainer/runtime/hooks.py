@@ -16,6 +16,7 @@ import functools
 import inspect
 import itertools
 import linecache
+import os
 import sys
 import threading
 import weakref
@@ -157,6 +158,8 @@ def hooked({parameters}):
     code = caller.f_code
     if code is not user_code[0]:
         if library(code.co_filename):
+            if transform(code.co_filename):
+                return original({forward})
             caller = user_frame(caller)
             code = caller.f_code if caller is not None else None
         else:
@@ -188,7 +191,7 @@ def hooked({parameters}):
 _TEMPLATE_NAMES = {
     "dynamo_tracing", "compiler", "state", "caller", "code", "user_code", "create", "retain", "call", "calls",
     "error", "original", "per_thread", "getframe", "library", "user_frame", "ticks", "peek", "kind",
-    "check_growth", "explain_into", "kept_checks",
+    "check_growth", "explain_into", "kept_checks", "transform",
 }
 
 
@@ -235,6 +238,14 @@ def _parameter_lists(signature: inspect.Signature, namespace: dict) -> tuple[str
     return ", ".join(parameters), ", ".join(forward)
 
 
+def _in_a_transform(filename: str) -> bool:
+    """Whether torch.func's transforms make the call (`vmap(grad(loss_fn))`, titans-pytorch's
+    per-sample gradients of its neural memory): their `autograd.grad` differentiates the graph of
+    their own level, built and freed inside the call, never one the user's backward calls share.
+    Recorded, it would be taken for the backward that freed the graph."""
+    return f"{os.sep}torch{os.sep}_functorch{os.sep}" in filename
+
+
 def _make_wrapper(name: str, kind: str, roots_name: str, original):
     """A function with `original`'s signature that records the call, then calls `original`.
 
@@ -255,6 +266,7 @@ def _make_wrapper(name: str, kind: str, roots_name: str, original):
         "library": is_library_file, "user_code": _last_user_code, "user_frame": outside_libraries, "ticks": _ticks,
         "peek": _peek_sequence_nr, "kind": kind, "check_growth": _check_growth, "kept_checks": _kept_checks,
         "explain_into": _explain_into, "dynamo_tracing": _dynamo_tracing, "compiler": _compiler,
+        "transform": _in_a_transform,
     }
     parameters, forward = _parameter_lists(signature, namespace)
     code = _WRAPPER_TEMPLATE.format(parameters=parameters, forward=forward, roots=roots_name,

@@ -112,6 +112,18 @@ def spans_before(key: tuple[str, str, str], spans: tuple[int, ...]) -> tuple[int
         return before
 
 
+def spans_seen(key: tuple[str, str, str]) -> tuple | None:
+    """What `remember_spans` kept of the tensor `key` names when last looked at (None the first time)."""
+    with _lock:
+        return _spans.get(key)
+
+
+def remember_spans(key: tuple[str, str, str], spans: tuple) -> None:
+    with _lock:
+        if key in _spans or len(_spans) < 4 * _MAX:
+            _spans[key] = spans
+
+
 def clear() -> None:
     with _lock:
         _spans.clear()

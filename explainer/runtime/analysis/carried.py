@@ -128,6 +128,9 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
         fixes.append(detach_carried.detach_elements_at_loop_entry(
             source, container, loop, made.value if made is not None else None))
         return fixes
+    if _a_structure(ctx, candidate, name):
+        # A tuple of dicts of tensors has no `.detach()`, nor does each of its items.
+        return fixes + [detach_carried.detach_tree_at_loop_entry(source, name, loop)] if loop is not None else fixes
     if loop is not None:
         from_weights = _first_made_from_weights(ctx, candidate, name, loop)
         fixes.append(detach_carried.restart_each_pass(source, name, stmt, loop, located.scope, from_weights))
@@ -142,6 +145,17 @@ def carried_fixes(ctx: Context, candidate: Candidate, failing) -> list[Fix | Non
         # A detach of a state made from the weights cuts their gradient through it, this step's too.
         fixes.extend(cut.unproven() if from_weights and cut is not None else cut for cut in cuts)
     return fixes
+
+
+def _a_structure(ctx: Context, candidate: Candidate, name: str) -> bool:
+    """Whether the state named `name` (the binding's own variable) holds its tensors nested, or
+    beside values that are not tensors: a tuple or list of dicts, ints or tuples, or a dict."""
+    if name != candidate.binding.base:
+        return False
+    value = ctx.reach(candidate.binding, ())
+    if isinstance(value, dict):
+        return True
+    return isinstance(value, (tuple, list)) and not all(isinstance(item, torch.Tensor) for item in value)
 
 
 def _first_made_from_weights(ctx: Context, candidate: Candidate, name: str, loop: ast.stmt) -> bool:

@@ -93,9 +93,10 @@ def _kept_graph(ctx: Context) -> Finding | None:
     `self.alpha` of the pass before, through a helper that runs every backward), nor does the
     same value seen again (spd's loss of the last step, at every PGD step's `autograd.grad`).
     A graph a backward already freed can never be back-propagated again; one no backward went
-    through is only taken for a leak when it spans three, the value of each iteration made from
-    the one before. Detaching it changes no gradient of this step, whose graph does not reach
-    it: the fix is safe.
+    through is only taken for a leak when it spans three, or when three looks in a row each
+    found a new value made from the one before (GroMo's statistic, added up after each backward:
+    seen spanning two at the fourth). Detaching it changes no gradient of this step, whose graph
+    does not reach it: the fix is safe.
 
     The second call of the site only looks, so that the third can compare. What it saw spans one
     iteration at most, as any value then does, and a value spanning more at the third may only
@@ -110,18 +111,23 @@ def _kept_graph(ctx: Context) -> Finding | None:
     graph.reset_budget(_KEPT_BUDGET)
     bindings = [b for b in ctx.bindings() if b.value.grad_fn is not None and id(b.value) not in ctx.call.root_ids]
     spans = _stale_spans([b.value.grad_fn for b in bindings], marks)
-    grown, renewed = [], {}
+    grown, renewed, chained = [], {}, set()
     for i, binding in enumerate(bindings):
         grad_fn = binding.value.grad_fn
         top, count = grad_fn._sequence_nr(), bin(spans.get(id(grad_fn), 0)).count("1")
         frame = ctx.frames[binding.frame_index]
-        before = journal.spans_before((frame.f_code.co_filename, frame.f_code.co_name, binding.expression),
-                                      (top, count, len(marks)))
+        key = (frame.f_code.co_filename, frame.f_code.co_name, binding.expression)
+        before = journal.spans_seen(key)
         # A new value, spanning more: the same value seen again only has its last span counted now.
-        if count >= 2 and before is not None and before[0] != top and count > before[1] \
-                and (before[2] >= 2 or _made_from(grad_fn, before[0])):
+        new = before is not None and before[0] != top
+        spans_more = new and count > before[1]
+        made_from_it = spans_more and _made_from(grad_fn, before[4])
+        journal.remember_spans(key, (top, count, len(marks), made_from_it, _under_views(grad_fn)))
+        if count >= 2 and spans_more and (before[2] >= 2 or made_from_it):
             grown.append((-count, i))
-        elif count >= 1 and before is not None and before[0] != top:
+            if made_from_it and before[3]:
+                chained.add(i)
+        elif count >= 1 and new:
             renewed[i] = before[0]
     if len(marks) < 2:
         return None
@@ -131,7 +137,7 @@ def _kept_graph(ctx: Context) -> Finding | None:
         count = -count
         grad_fn = bindings[i].value.grad_fn
         stale = [child for child, _ in graph.children(grad_fn) if child is not None and graph.sequence(child) < marks[-1]]
-        if count < 3 and not graph.holds_freed(stale or [grad_fn]):
+        if count < 3 and not graph.holds_freed(stale or [grad_fn]) and i not in chained:
             continue
         if current is None:
             current = graph.walk(ctx.root_nodes(), expand=lambda seq: seq >= marks[-1])
@@ -348,6 +354,19 @@ def _also_for(first: Fix, edits: list, names: list[str], which: tuple[str, str])
     listed = ", ".join(f"`{n}`" for n in more[:-1]) + (" and " if len(more) > 1 else "") + f"`{more[-1]}`"
     return Fix(f"{first.message} (and the same for {listed}, which {which[len(more) > 1]} too)", tuple(edits),
                first.applicability)
+
+
+def _under_views(grad_fn) -> int:
+    """The sequence number of what `grad_fn` is a view of, through views of views (itself where it
+    is no view's): a total written in place (`self._tensor += update`, `update` an einsum's view)
+    is rebased on that, and the view's own node leaves its graph. A weight's view is its own."""
+    node = grad_fn
+    while graph.is_view(node):
+        inputs = [child for child, _ in graph.children(node) if child is not None]
+        if len(inputs) != 1 or graph.is_leaf(inputs[0]):
+            break
+        node = inputs[0]
+    return graph.sequence(node)
 
 
 def _made_from(top, earlier: int) -> bool:

@@ -410,6 +410,22 @@ def _made_by_an_operator(ctx, operations: set[str | None]):
     return source, made, made.targets[0].id
 
 
+def _called_once(made: ast.stmt, module: str) -> ast.Call | None:
+    """The call of `module` (`self.dropout`, built by `made`) in its class, on one argument,
+    where the class calls it exactly once on anything but a copy: written into, a
+    `.clone()` changes nothing the graph saved (MVANet's second feed-forward)."""
+    owner = next((node for node in src.ancestors(made) if isinstance(node, ast.ClassDef)), None)
+    calls = [node for node in src.all_nodes(owner) if isinstance(node, ast.Call)
+             and src.canonical(node.func) == module and not _a_copy(node)] if owner is not None else []
+    return calls[0] if len(calls) == 1 and len(calls[0].args) == 1 else None
+
+
+def _a_copy(call: ast.Call) -> bool:
+    argument = call.args[0] if len(call.args) == 1 else None
+    return isinstance(argument, ast.Call) and isinstance(argument.func, ast.Attribute) \
+        and argument.func.attr == "clone" and not argument.args
+
+
 def _fed_by_a_call(source, made: ast.stmt, module: str, saver: str | None) -> tuple[ast.stmt, str] | None:
     """Where `module` (`self.dropout`, made in place by `made`) is called in its class with the
     result of another call as its input (`self.dropout(self.mlp(x))`): that statement, and the
@@ -417,12 +433,10 @@ def _fed_by_a_call(source, made: ast.stmt, module: str, saver: str | None) -> tu
     that callee (the MLP's last ReLU). None where the callee is the saving operation itself
     (`self.act(torch.sigmoid(h))`: the flag is where to look), or unless the class calls the
     module exactly once."""
-    owner = next((node for node in src.ancestors(made) if isinstance(node, ast.ClassDef)), None)
-    calls = [node for node in src.all_nodes(owner) if isinstance(node, ast.Call)
-             and src.canonical(node.func) == module] if owner is not None else []
-    if len(calls) != 1 or len(calls[0].args) != 1 or not isinstance(calls[0].args[0], ast.Call):
+    call = _called_once(made, module)
+    if call is None or not isinstance(call.args[0], ast.Call):
         return None
-    written = calls[0].args[0]
+    written = call.args[0]
     if not isinstance(written.func, (ast.Name, ast.Attribute)) or src.canonical(written.func).split(".")[-1] == saver:
         return None
     return src.statement_of(written), source.segment(written.func)
@@ -474,10 +488,11 @@ def _writes_what_another_call_made(write, operations: set[str | None]) -> bool:
     whose ReLU written at the start of DwsConvBlock.forward overwrote the sum a unit returned,
     not the one after ConvBlock's batch norm."""
     _, stmt, node, class_node = write
-    if not isinstance(node, ast.keyword) or not operations:
+    built = _built_in_place(stmt, node)
+    if built is None or not operations:
         return False
     targets = src.targets_of(stmt)
-    if src.value_of(stmt) is not src.parent(node) or len(targets) != 1:
+    if src.value_of(stmt) is not built or len(targets) != 1:
         return False
     module = src.canonical(targets[0])
     for call in src.all_nodes(class_node):
@@ -642,8 +657,47 @@ def _functions_of_frames(ctx):
 
 def _writes_in_model_classes(ctx, writers: set[str]):
     """(source, statement, node, class) for each in-place write in those classes that one of `writers`
-    could be: `out += x` (add), `h.relu_()`, `nn.ReLU(inplace=True)` / `F.relu(x, inplace=True)`."""
-    return _writes_in(_model_classes(ctx), writers)
+    could be: `out += x` (add), `h.relu_()`, `nn.ReLU(inplace=True)` / `F.relu(x, inplace=True)`,
+    and a module made to write in place after it was built."""
+    yield from _writes_in(_model_classes(ctx), writers)
+    yield from _made_in_place_after(ctx, writers)
+
+
+def _made_in_place_after(ctx, writers: set[str]):
+    """(source, statement, construction call, class) for each module of the models in the frames
+    that writes in place though its class built it without `inplace=True`: MVANet's
+    `for m in self.modules(): ... m.inplace = True` over every `self.dropout = nn.Dropout(0.1)`
+    of its blocks. The live module says so; the statement that built it is where it is known."""
+    seen: set[int] = set()
+    for _, module, _ in naming.module_bindings(ctx.frames):
+        for sub in module.modules():
+            if type(sub).__module__.startswith("torch"):
+                continue
+            flagged = {f"self.{name}" for name, child in sub._modules.items()
+                       if getattr(child, "inplace", None) is True and _same_operation(type(child).__name__, writers)}
+            source, class_node = class_source(sub) if flagged else (None, None)
+            if class_node is None or id(class_node) in seen:
+                continue
+            seen.add(id(class_node))
+            for node in src.all_nodes(class_node):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call) \
+                        and src.canonical(node.targets[0]) in flagged \
+                        and not any(k.arg == "inplace" for k in node.value.keywords):
+                    yield source, node, node.value, class_node
+            if len(seen) >= _MAX_CLASSES:
+                return
+
+
+def _built_in_place(stmt: ast.stmt, node: ast.AST) -> ast.Call | None:
+    """The call that built a module that writes in place, where `node` is how the write is known:
+    the `inplace=True` of `nn.ReLU(inplace=True)`, or the construction itself where the flag was
+    set on the module after (`_made_in_place_after`)."""
+    if isinstance(node, ast.keyword):
+        return src.parent(node)
+    if isinstance(node, ast.Call) and src.value_of(stmt) is node and isinstance(node.func, (ast.Name, ast.Attribute)) \
+            and not src.canonical(node.func).endswith("_"):
+        return node
+    return None
 
 
 def _writes_in(scopes, writers: set[str]):
@@ -680,14 +734,18 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     """`made_by`: the operations that made what the saver read, where it saved its input."""
     code = source.segment(stmt)
     named_at = node
-    if isinstance(node, ast.keyword):
-        call = src.parent(node)
+    built = _built_in_place(stmt, node)
+    if built is not None:
         # `self.act = nn.ReLU(inplace=True)`: the module is known by the attribute it is kept in.
-        targets = src.targets_of(stmt) if src.value_of(stmt) is call else []
-        name = source.segment(targets[0]) if len(targets) == 1 else source.segment(call.func)
+        targets = src.targets_of(stmt) if src.value_of(stmt) is built else []
+        name = source.segment(targets[0]) if len(targets) == 1 else source.segment(built.func)
         saved = f"`{saver}`" if saver else "an earlier operation"
-        fix = Fix(f"Pass `inplace=False` to `{source.segment(call.func)}`: it overwrites its input, "
-                  f"which {saved} saved for the backward", (replace(source, node.value, "False"),))
+        if isinstance(node, ast.keyword):
+            fix = Fix(f"Pass `inplace=False` to `{source.segment(built.func)}`: it overwrites its input, "
+                      f"which {saved} saved for the backward", (replace(source, node.value, "False"),))
+        else:
+            called = _called_once(stmt, name)
+            fix = out_of_place.copy_module_input(source, called, name, saved) if called is not None else None
         variant = "run-in-forward-flag"
     else:
         target = node.target if isinstance(node, ast.AugAssign) else node.func.value
@@ -749,8 +807,8 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
     caller = _made_by_a_caller(ctx, stmt, saver, result_saved, through) \
         if read is None and alias is None and passed is None else None
     facts = (("change", code), *((("saver", saver),) if saver else ()), *version_facts(detail))
-    fed = _fed_by_a_call(source, stmt, name, saver) if isinstance(node, ast.keyword) and result_saved else None
-    summed = _made_by_an_operator(ctx, made_by) if isinstance(node, ast.keyword) and not result_saved else None
+    fed = _fed_by_a_call(source, stmt, name, saver) if built is not None and result_saved else None
+    summed = _made_by_an_operator(ctx, made_by) if built is not None and not result_saved else None
     if summed is not None:
         # imgclsmob's Xception: the convolution of the identity path saved the sum the unit
         # before returned, `x = x + identity`; the ReLU at the start of the body overwrote it.

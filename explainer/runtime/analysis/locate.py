@@ -125,6 +125,11 @@ def locate(ctx: Context, binding: naming.Binding, before_row: int | None = None,
     attribute = _container_attribute(binding)
     if found is None and attribute is not None and binding.owner is not None:
         found = _locate_attribute(binding.owner, attribute)  # `self.cache[key] = feat`
+    if found is None and binding.steps and all(kind == "item" for kind, _ in binding.steps):
+        # titans-pytorch's `NeuralMemState`, a tuple of dicts of tensors: no statement writes the
+        # item, and `logits, mem_state = model(x, mem_state)` hands the whole state back each step.
+        carried = [a for a in src.assignments(scope, binding.base) if self_referencing(a, binding.base)]
+        found = _pick(ctx, source, scope, carried, binding.base, before_row, from_last_iteration)
     return found
 
 

@@ -213,8 +213,22 @@ def repeating_owner(ctx: Context, located: Located | None, failing, source) -> a
             if store.lineno < ancestor.lineno and located.scope is not ancestor \
                     and not _handed_in(located, ancestor):
                 return ancestor
+            if located.scope is not ancestor and _made_before_the_call(ctx, located):
+                return next((loop for loop in src.ancestors(failing) if src.inside(loop, ancestor)
+                             and isinstance(loop, (ast.For, ast.AsyncFor, ast.While))), None)
             break
     return None
+
+
+def _made_before_the_call(ctx: Context, located: Located) -> bool:
+    """Whether `located` was made in a frame that still runs, a caller of the failing function,
+    before the line that frame runs now: the devgem post's `X_train_encoded`, made at the top
+    of the script after `train` was defined, then handed to `train(...)`, whose loop
+    back-propagates a slice of it at every batch. Made once before the loop, though the
+    function comes first in the file."""
+    store = located.store
+    return any(frame.f_lineno > store.end_lineno and ctx.frame_source(frame) == (located.source, located.scope)
+               for frame in ctx.frames[1:]) and isinstance(store, ast.stmt)
 
 
 def _handed_in(located: Located, function: ast.AST) -> bool:
