@@ -541,6 +541,8 @@ def _has_history(node: ast.AST, scope: ast.AST, before: int, strict: bool, ignor
                 and not isinstance(node.value, ast.Attribute):
             # `obs_result.act` of `obs_result = policy(batch)`: a field of a result with history.
             return src.canonical(node.value) != "self" and recurse(node.value)
+        if last is None and isinstance(node, ast.Attribute) and node.attr in _leaf_attributes(src.module_of(scope)):
+            return True  # `self.policy_model.logalpha`, set in its class to `torch.zeros(1, requires_grad=True)`
         if last is None or under_no_grad(last.stmt):
             return False
         value = last.value
@@ -1092,15 +1094,29 @@ def made_as_leaf(assignment: src.Assignment, scope: ast.AST, depth: int = 0) -> 
 
 
 def is_leaf_creation(value: ast.AST) -> bool:
-    """`torch.randn(..., requires_grad=True)`, `nn.Parameter(...)`, `.requires_grad_()`: a leaf, no graph."""
+    """`torch.randn(..., requires_grad=True)`, `nn.Parameter(...)` (a `ParameterList` of them),
+    `.requires_grad_()`: a leaf, no graph."""
     if not isinstance(value, ast.Call):
         return False
     name = src.called_name(value)
     if name == "requires_grad_":
         return not (value.args and isinstance(value.args[0], ast.Constant) and value.args[0].value is False)
-    return name == "Parameter" or any(
+    # A ParameterList or ParameterDict makes each tensor it is given a Parameter.
+    return name in ("Parameter", "ParameterList", "ParameterDict") or any(
         k.arg == "requires_grad" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
         for k in value.keywords)
+
+
+def _leaf_attributes(module: ast.AST) -> frozenset[str]:
+    """The attributes the file's classes set to a tensor that trains, made as a leaf
+    (`self.logalpha = torch.zeros(1, requires_grad=True)`): read through another object
+    (`self.policy_model.logalpha`), such an attribute has history, whatever holds it."""
+    def compute() -> frozenset[str]:
+        return frozenset(target.attr for cls in src.nodes_of(module, (ast.ClassDef,)) for stmt in src.all_nodes(cls)
+                         if isinstance(stmt, ast.Assign) and is_leaf_like(stmt.value)
+                         for target in stmt.targets if isinstance(target, ast.Attribute)
+                         and isinstance(target.value, ast.Name) and target.value.id == "self")
+    return src.cached(module, "_leaf_attributes", compute)
 
 
 def _in_module_class(node: ast.AST) -> bool:

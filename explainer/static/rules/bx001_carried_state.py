@@ -186,6 +186,21 @@ def _cut(module, stmt, target, expression, scope, loop):
     may_be_none = detach_carried.starts_as_none(scope, expression, loop)
     # A state that starts as None shows no shape; an LSTM's is an (h, c) tuple.
     is_tuple = is_tuple or (may_be_none and detach_carried.makes_lstm(module.tree))
+    fix = _cut_in_loop(module, stmt, target, expression, scope, loop, is_tuple, may_be_none)
+    # Where the file makes named tuples, the state may be one (titans-pytorch's `NeuralMemState`,
+    # of dicts of tensors), which has no `.detach()`: the source does not show the cut runs.
+    return fix.unproven() if fix is not None and may_be_none and not is_tuple and _makes_named_tuples(module.tree) \
+        else fix
+
+
+def _makes_named_tuples(tree: ast.AST) -> bool:
+    return src.cached(tree, "_makes_named_tuples", lambda: any(
+        isinstance(node, ast.Call) and src.called_name(node) == "namedtuple"
+        or isinstance(node, ast.ClassDef) and any(src.canonical(base).endswith("NamedTuple") for base in node.bases)
+        for node in ast.walk(tree)))
+
+
+def _cut_in_loop(module, stmt, target, expression, scope, loop, is_tuple: bool, may_be_none: bool):
     if any(backward.line < stmt.lineno for backward in backward_calls(loop)):
         # Re-assigned after this pass's backward (`history = torch.cat([history, pred])`): the
         # whole new value goes to the next pass without history, not only the old part of it.
@@ -283,6 +298,24 @@ MAML_TASKS = """
 # Beyond the cause's Example and Use instead: bugs this rule must flag, and correct code it must
 # leave alone (tests/test_causes.py runs both).
 INVALID: list[Invalid] = [
+    Invalid("a state a model returns each step, started as None, in a file of named tuples (titans-pytorch)", """
+        State = namedtuple("State", ["index", "weights"])
+
+        class Memory(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+
+            def forward(self, x, state=None):
+                weights = self.fc.weight if state is None else state.weights
+                return x @ weights, State(0, {"w": weights * 0.5})
+
+        model = Memory()
+        state = None
+        for step in range(3):
+            out, state = model(torch.randn(2, 4), state)
+            out.sum().backward()
+    """),
     Invalid("a compressive memory read, then updated from itself, in forward (Infini-attention)", """
         class InfiniAttention(nn.Module):
             def __init__(self):

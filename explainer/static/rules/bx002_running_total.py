@@ -83,9 +83,12 @@ _TENSOR_METHODS = frozenset({"item", "cpu", "cuda", "to", "detach", "numpy", "to
 
 
 def _read_as_a_tensor(scope: ast.AST, total: str) -> bool:
-    """Whether `scope` calls a tensor's method on `total` (`train_loss.item()`)."""
+    """Whether `scope` calls a tensor's method on `total` (`train_loss.item()`), or returns what
+    it is made of, for a caller that may (text-summarizer's `train_epoch` returns
+    `epoch_loss_train / len(train_iter)`, and `train` logs it with `.item()`)."""
     return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                and node.func.attr in _TENSOR_METHODS and src.canonical(node.func.value) == total
+               or isinstance(node, ast.Return) and node.value is not None and src.reads(node.value, total)
                for node in ast.walk(scope))
 
 

@@ -244,6 +244,19 @@ INVALID: list[Invalid] = [
     """),
 ]
 VALID: list[Valid] = [
+    Valid("a ParameterList of Parameters imported from torch.nn (titans-pytorch's MemoryMLP)", """
+        from torch.nn import Module, Parameter, ParameterList
+
+        class MemoryMLP(Module):
+            def __init__(self, dims):
+                super().__init__()
+                self.weights = ParameterList([Parameter(torch.randn(a, b)) for a, b in zip(dims[:-1], dims[1:])])
+
+            def forward(self, x):
+                for weight in self.weights:
+                    x = x @ weight
+                return x
+    """),
     Valid("E3BM's inner loop: features made once, gradients taken for the fast weights only", """
         class MtlLearner(nn.Module):
             def __init__(self):

@@ -284,6 +284,26 @@ INVALID: list[Invalid] = [
             "(ethanjperez/tbd-nets, train-model.py before 9de0235)", SWITCHED_OFF_BY_EVALUATION.format(switch_on="")),
 ]
 VALID: list[Valid] = [
+    Valid("a loss on a tensor that trains, kept by another object (gdrl's SAC temperature)", """
+        class Policy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 1)
+                self.logalpha = torch.zeros(1, requires_grad=True)
+                self.alpha_optimizer = torch.optim.Adam([self.logalpha], lr=0.1)
+
+        class Agent:
+            def __init__(self):
+                self.policy_model = Policy()
+
+            def optimize(self, states):
+                logpi = self.policy_model.fc(states)
+                target_alpha = (logpi - 1.0).detach()
+                alpha_loss = -(self.policy_model.logalpha * target_alpha).mean()
+                self.policy_model.alpha_optimizer.zero_grad()
+                alpha_loss.backward()
+                self.policy_model.alpha_optimizer.step()
+    """),
     Valid("the helper turns autograd back on before it returns", SWITCHED_OFF.format(helper="""
         def landmarks_of(image):
             torch.set_grad_enabled(False)
