@@ -91,6 +91,18 @@ NOT_YET: dict[str, str] = {
                                        "nothing raises",
     "real/torchts_dcgru_fc_gate_inplace": "named and written out of place, but the twin also drops a second "
                                           "sigmoid that forward applies again, so it trains other weights",
+    "real/gdrl_sac_policy_loss_after_value_steps": "named right (104), and fixes[0] updates the policy before the "
+                                                   "value models, after the Q targets are computed with the policy "
+                                                   "as it was; the forum's fix updates it before the Q targets, so "
+                                                   "they are computed with the updated policy",
+    "real/mvanet_mclm_relu_inplace_dropout": "named right (140), and fixes[0] copies the ReLU's output before the "
+                                             "dropout that `m.inplace = True` made in place, as the maintainer "
+                                             "did, but the next step fails on a second bug the twin also fixes "
+                                             "(`self.p_poses = []` at the top of forward)",
+    "real/swep_variational_bert_positions_clamp_inplace": "named `a [4] tensor` at the model's call (210), no fix: "
+                                                          "the integer targets the cross-entropy saved have no node "
+                                                          "in the graph, so nothing there tells which in-place "
+                                                          "write (`end_positions.clamp_`, 72) changed them",
 }
 # Causes whose carrier holds history of an earlier step: carried state, running totals, a
 # discarded detach, stored history, a graph retained across iterations.
@@ -200,6 +212,9 @@ SECOND_BUG = {
     # memory holds more rows than the batch; the maintainers' commit replaced it with torch.cdist.
     "real/quaterion_xbm_buffer_view_overwritten": "RuntimeError: The size of tensor a (4) must match the size of "
                                                   "tensor b (8) at non-singleton dimension 1",
+    # MVANet's MCLM empties its cached positional embeddings at the top of every forward, and
+    # builds them only while `self.g_pos` is None: the second forward adds an empty list.
+    "real/mvanet_mclm_relu_inplace_dropout": "TypeError: unsupported operand type(s) for +: 'Tensor' and 'list'",
 }
 
 
