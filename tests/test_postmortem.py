@@ -72,7 +72,6 @@ HOOKED_WRONG = {
     "real/deep_object_reid_center_loss_step_before_total_backward",
     "real/keras_stateful_lstm_state_assign",
     "real/flmrcm_adv_g_loss_item_cut",
-    "real/swep_variational_bert_positions_clamp_inplace",
 }
 
 

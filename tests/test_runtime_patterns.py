@@ -2309,6 +2309,39 @@ PATTERNS = {
             loss.backward()
             opt.step()
     """),
+    # SWEP's question-answering head (seanie12/SWEP#3), run twice on the same positions: each run
+    # clamps them in place, then the loss saves them; integer targets have no node in the graph.
+    # The failing loss is the end's (the later of the two changed), and both clamps go out of
+    # place, as transformers' heads have since huggingface/transformers#12026.
+    "integer targets clamped in place by a head that runs twice on them": ("inplace-modified", "ends", """
+        import torch
+        import torch.nn.functional as F
+        torch.manual_seed(0)
+
+
+        class Head(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 10)
+
+            def forward(self, x, starts, ends):
+                start_logits, end_logits = self.fc(x).view(-1, 5, 2).unbind(-1)
+                starts.clamp_(0, 5)
+                ends.clamp_(0, 5)
+                start_loss = F.cross_entropy(start_logits, starts, ignore_index=5)
+                end_loss = F.cross_entropy(end_logits, ends, ignore_index=5)  # culprit
+                return (start_loss + end_loss) / 2
+
+
+        head = Head()
+        opt = torch.optim.SGD(head.parameters(), lr=0.1)
+        for step in range(2):
+            x, starts, ends = torch.randn(3, 4), torch.randint(0, 7, (3,)), torch.randint(0, 7, (3,))
+            loss = head(x * 0.9, starts, ends) + head(x, starts, ends)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """),
     # zero-restore's SKConv (aupendu/zero-restore#7): `conv(x).unsqueeze_(dim=1)` writes over the
     # ReLU's output, which the ReLU saved; the tensor has no name but `fea`, which the statement binds.
     "an in-place call on a branch's output, named by what its statement binds": ("inplace-modified", "fea", """

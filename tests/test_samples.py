@@ -99,10 +99,6 @@ NOT_YET: dict[str, str] = {
                                              "dropout that `m.inplace = True` made in place, as the maintainer "
                                              "did, but the next step fails on a second bug the twin also fixes "
                                              "(`self.p_poses = []` at the top of forward)",
-    "real/swep_variational_bert_positions_clamp_inplace": "named `a [4] tensor` at the model's call (210), no fix: "
-                                                          "the integer targets the cross-entropy saved have no node "
-                                                          "in the graph, so nothing there tells which in-place "
-                                                          "write (`end_positions.clamp_`, 72) changed them",
 }
 # Causes whose carrier holds history of an earlier step: carried state, running totals, a
 # discarded detach, stored history, a graph retained across iterations.

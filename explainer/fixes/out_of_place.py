@@ -32,6 +32,11 @@ def _rewritten(source: Source, stmt: ast.stmt, name: str) -> str | None:
     return None
 
 
+def has_twin(method: str) -> bool:
+    """Whether the in-place method (`clamp_`) has an out-of-place twin (`clamp`)."""
+    return method not in _NO_TWIN
+
+
 def calls_out_of_place(source: Source, stmt: ast.stmt) -> Fix | None:
     """`angles = angles.div_(norm(angles).add_(1e-16))` -> `angles.div(norm(angles).add(1e-16))`:
     each in-place call whose result the statement uses is called out of place, since the graph

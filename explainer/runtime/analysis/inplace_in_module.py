@@ -31,7 +31,7 @@ def explain_inplace_in_module(ctx, walk, failing_key: int | None, detail: Inplac
     saver = _operation(walk.nodes[failing_key])
     writes, result_saved = _writes_after(ctx, walk, failing_key, detail)
     if not writes:
-        return None
+        return _written_after_it_was_passed(ctx, walk, failing_key, saver, detail)
     # The write into what the saving operation made comes first (QMCTorch's `x = x.prod(-1)`,
     # then `x *= w`, not the `hess_jast *= 0.5` written earlier in the class), then a write into
     # what the saving operation read under another name (RefineNet's `path = x` ... `x += path`,
@@ -171,6 +171,55 @@ def _writes_after(ctx, walk, failing_key: int, detail: InplaceDetail | None) -> 
             if writes:
                 return writes, result_saved
     return [], False
+
+
+# What the error calls a tensor that cannot have a gradient, so has no node in the graph: an
+# integer or boolean target, saved by the loss it was passed to.
+_INTEGRAL = ("Long", "Int", "Short", "Char", "Byte", "Bool")
+
+
+def _written_after_it_was_passed(ctx, walk, failing_key: int, saver: str | None,
+                                 detail: InplaceDetail | None) -> Finding | None:
+    """SWEP's question-answering head, run twice on the same positions: it clamps them in place
+    (`end_positions.clamp_(0, ignored_index)`), then passes them to the loss, which saves them;
+    the second run's clamp changes what the first run's loss saved. An integer tensor has no
+    node in the graph to say what wrote it: the writes are the in-place calls of the model's
+    classes on a name that the same function then passes to a call. Side by side (the start's
+    and the end's clamp), the failing node's place among the nodes of its type whose saved
+    tensors changed is the write's place among them, and every one of them goes out of place."""
+    if detail is None or not any(f".{kind}Tensor" in detail.tensor_type for kind in _INTEGRAL):
+        return None
+    groups: dict[int, list] = {}
+    for source, scope in [*_model_classes(ctx), *_functions_of_frames(ctx)]:
+        for function in (n for n in src.all_nodes(scope) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for stmt in src.own_nodes(function):
+                passed = _passed_after(function, stmt)
+                if passed is not None:
+                    groups.setdefault(id(src.enclosing_block(stmt)), []).append((source, stmt, passed))
+    failing = walk.nodes[failing_key]
+    changed = sorted(seq for key, seq in walk.seq.items()
+                     if type(walk.nodes[key]) is type(failing) and graph.changed_saved(walk.nodes[key]) is not None)
+    index = changed.index(walk.seq[failing_key]) if walk.seq[failing_key] in changed else None
+    found = [group for group in groups.values() if len(group) == len(changed)]
+    if index is None or len(found) != 1:
+        return None
+    group = sorted(found[0], key=lambda write: write[1].lineno)
+    source, stmt, passed = group[index]
+    return _finding(ctx, source, stmt, stmt.value, saver, detail, [other for _, other, _ in group if other is not stmt],
+                    passed_after=passed)
+
+
+def _passed_after(function: ast.AST, stmt: ast.stmt) -> ast.stmt | None:
+    """Where `stmt`, an in-place call on a name (`end_positions.clamp_(0, n)`) with an
+    out-of-place twin, is followed in `function` by a call given that name (`loss_fct(logits,
+    end_positions)`): the first such statement."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+            and call.func.attr.endswith("_") and not call.func.attr.endswith("__")
+            and out_of_place.has_twin(call.func.attr)):
+        return None
+    name = call.func.value.id
+    return _first_passing(function, stmt.end_lineno, math.inf, lambda arg: isinstance(arg, ast.Name) and arg.id == name)
 
 
 def _output_shape(node) -> tuple[int, ...] | None:
@@ -688,6 +737,13 @@ def _made_in_place_after(ctx, writers: set[str]):
                 return
 
 
+def _written(source, stmt: ast.stmt) -> str:
+    """What an in-place statement writes into: `h` of `h += 1` and of `h.clamp_(0, 1)`."""
+    if isinstance(stmt, ast.AugAssign):
+        return source.segment(stmt.target)
+    return source.segment(stmt.value.func.value)
+
+
 def _built_in_place(stmt: ast.stmt, node: ast.AST) -> ast.Call | None:
     """The call that built a module that writes in place, where `node` is how the write is known:
     the `inplace=True` of `nn.ReLU(inplace=True)`, or the construction itself where the flag was
@@ -729,9 +785,10 @@ def _same_operation(name: str, writers: set[str]) -> bool:
 
 
 def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | None, detail,
-             siblings: list[ast.AugAssign] = (), result_saved: bool = False, copies=(), alike=(),
-             made_by: set[str | None] = frozenset()) -> Finding:
-    """`made_by`: the operations that made what the saver read, where it saved its input."""
+             siblings: list[ast.stmt] = (), result_saved: bool = False, copies=(), alike=(),
+             made_by: set[str | None] = frozenset(), passed_after: ast.stmt | None = None) -> Finding:
+    """`made_by`: the operations that made what the saver read, where it saved its input.
+    `passed_after`: where what the write made was passed to the call that saved it."""
     code = source.segment(stmt)
     named_at = node
     built = _built_in_place(stmt, node)
@@ -757,9 +814,9 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
             name, named_at = bound[0].id, bound[0]
         fix = out_of_place.out_of_place(source, stmt, name) if not isinstance(node, ast.Call) \
             or isinstance(stmt, ast.Expr) else out_of_place.calls_out_of_place(source, stmt)
-        others = [out_of_place.out_of_place(source, other, source.segment(other.target)) for other in siblings]
+        others = [out_of_place.out_of_place(source, other, _written(source, other)) for other in siblings]
         if fix is not None and others and all(others):
-            names = ", ".join(f"`{source.segment(s.target)}`" for s in sorted([stmt, *siblings], key=lambda s: s.lineno))
+            names = ", ".join(f"`{_written(source, s)}`" for s in sorted([stmt, *siblings], key=lambda s: s.lineno))
             fix = Fix(f"Write {names} out of place: each of them is a tensor an earlier operation may have "
                       f"saved for the backward, and the error names only the operation",
                       tuple(edit for f in [fix, *others] for edit in f.edits))
@@ -823,7 +880,8 @@ def _finding(ctx: Context, source, stmt: ast.stmt, node: ast.AST, saver: str | N
         culprits.insert(0, culprit_at(name, source, node_start(source, made)))
         facts += (("read", made.lineno),)
         variant = "run-in-forward-flag-read"
-    elif passed is not None:
+    elif passed is not None or passed_after is not None:
+        passed = passed or passed_after
         culprits.insert(0, culprit_at(name, source, node_start(source, passed)))
         facts += (("read", passed.lineno),)
         variant = "run-in-forward-write-passed"
