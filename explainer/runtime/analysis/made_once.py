@@ -227,8 +227,13 @@ def _made_before_the_call(ctx: Context, located: Located) -> bool:
     back-propagates a slice of it at every batch. Made once before the loop, though the
     function comes first in the file."""
     store = located.store
-    return any(frame.f_lineno > store.end_lineno and ctx.frame_source(frame) == (located.source, located.scope)
-               for frame in ctx.frames[1:]) and isinstance(store, ast.stmt)
+    if not isinstance(store, ast.stmt):
+        return False
+    for frame in ctx.frames[1:]:
+        source, scope = ctx.frame_source(frame) if frame.f_lineno > store.end_lineno else (None, None)
+        if source is located.source and scope is located.scope:
+            return True
+    return False
 
 
 def _handed_in(located: Located, function: ast.AST) -> bool:
