@@ -106,9 +106,7 @@ def spans_before(key: tuple[str, str, str], spans: tuple[int, ...]) -> tuple[int
     the next look."""
     with _lock:
         before = _spans.get(key)
-        if before is None and len(_spans) >= 4 * _MAX:
-            return None
-        _spans[key] = spans
+        _remember(key, spans)
         return before
 
 
@@ -120,8 +118,13 @@ def spans_seen(key: tuple[str, str, str]) -> tuple | None:
 
 def remember_spans(key: tuple[str, str, str], spans: tuple) -> None:
     with _lock:
-        if key in _spans or len(_spans) < 4 * _MAX:
-            _spans[key] = spans
+        _remember(key, spans)
+
+
+def _remember(key: tuple[str, str, str], spans: tuple) -> None:
+    """Keep `spans` for `key`; a new key only while fewer than 4 * _MAX are kept. Under `_lock`."""
+    if key in _spans or len(_spans) < 4 * _MAX:
+        _spans[key] = spans
 
 
 def clear() -> None:

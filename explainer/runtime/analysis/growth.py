@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+from typing import NamedTuple
 
 from ...fixes import accumulate_item, detach_carried, graph_options, no_grad_update
 from ...fixes.edits import node_start, overlapping
@@ -81,6 +82,16 @@ def explain_graph_growth(ctx: Context) -> Finding | None:
     return finding("BX008", "run-growth", "graph-growth", evidence, [culprit(ctx, candidate)], fixes)
 
 
+class _Look(NamedTuple):
+    """What one backward call saw of a kept tensor, for the next call to compare with."""
+
+    top: int  # the sequence number of its graph's top
+    count: int  # how many earlier iterations its graph spans
+    calls: int  # how many calls of the site had run before
+    grew_from_last: bool  # a new value, spanning more, made from the one the call before saw
+    under_views: int  # what its top is a view of (`_under_views`)
+
+
 def _kept_graph(ctx: Context) -> Finding | None:
     """No retain_graph=True and no error: a tensor bound in the user's frames (labelmodels'
     `running_loss += loss`, ml-agents' critic memory filed per agent) holds history made in at
@@ -119,16 +130,16 @@ def _kept_graph(ctx: Context) -> Finding | None:
         key = (frame.f_code.co_filename, frame.f_code.co_name, binding.expression)
         before = journal.spans_seen(key)
         # A new value, spanning more: the same value seen again only has its last span counted now.
-        new = before is not None and before[0] != top
-        spans_more = new and count > before[1]
-        made_from_it = spans_more and _made_from(grad_fn, before[4])
-        journal.remember_spans(key, (top, count, len(marks), made_from_it, _under_views(grad_fn)))
-        if count >= 2 and spans_more and (before[2] >= 2 or made_from_it):
+        new = before is not None and before.top != top
+        spans_more = new and count > before.count
+        made_from_it = spans_more and _made_from(grad_fn, before.under_views)
+        journal.remember_spans(key, _Look(top, count, len(marks), made_from_it, _under_views(grad_fn)))
+        if count >= 2 and spans_more and (before.calls >= 2 or made_from_it):
             grown.append((-count, i))
-            if made_from_it and before[3]:
+            if made_from_it and before.grew_from_last:
                 chained.add(i)
         elif count >= 1 and new:
-            renewed[i] = before[0]
+            renewed[i] = before.top
     if len(marks) < 2:
         return None
     current = None
